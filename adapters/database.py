@@ -1,0 +1,119 @@
+"""Engines for the supported databases: SQLite (default) and PostgreSQL.
+
+One place decides connection settings: SQLite files run in WAL mode with the
+configured ``synchronous`` level and a busy timeout, in autocommit mode so that
+chatledger issues ``BEGIN IMMEDIATE`` itself (the pysqlite driver's implicit
+transactions would otherwise defer the write lock and invite deadlocks);
+PostgreSQL URLs use the psycopg 3 driver. Driver errors are translated into
+``chatledger.errors`` at this boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import SQLAlchemyError as _SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from chatledger.domain.errors import InvalidSettings, StoreUnavailable
+
+Synchronous = Literal["full", "normal"]
+
+SQLAlchemyError = _SQLAlchemyError
+
+
+def normalise_url(url: str) -> str:
+    """Accept ``postgresql://`` and ``postgres://`` as the psycopg 3 dialect."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def create_store_engine(
+    url: str,
+    *,
+    synchronous: Synchronous = "full",
+    busy_timeout: float = 10.0,
+) -> Engine:
+    """An engine for ``url`` with chatledger's durability and locking settings."""
+    url = normalise_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as error:
+        raise InvalidSettings(
+            f"Cannot parse database URL {url!r}: use e.g. 'sqlite:///chatledger.db' or "
+            "'postgresql+psycopg://user@host/db'."
+        ) from error
+    backend = parsed.get_backend_name()
+    try:
+        if backend == "sqlite":
+            return _sqlite_engine(url, parsed.database, synchronous, busy_timeout)
+        if backend == "postgresql":
+            if parsed.get_driver_name() != "psycopg":
+                raise InvalidSettings(
+                    f"PostgreSQL URLs must use the psycopg 3 driver "
+                    f"('postgresql+psycopg://...'), not {parsed.get_driver_name()!r}."
+                )
+            return create_engine(
+                url,
+                pool_pre_ping=True,
+                pool_size=5,
+                max_overflow=10,
+                connect_args={"connect_timeout": max(1, int(busy_timeout))},
+            )
+    except NoSuchModuleError as error:
+        raise InvalidSettings(f"No driver for {url!r}: {error}") from error
+    except ModuleNotFoundError as error:
+        raise InvalidSettings(
+            f"The driver for {backend} is not installed ({error.name}); "
+            "for PostgreSQL run: pip install 'chatledger[postgres]'."
+        ) from error
+    raise InvalidSettings(
+        f"Unsupported database {backend!r}: chatledger supports sqlite and postgresql."
+    )
+
+
+def _sqlite_engine(
+    url: str, database: str | None, synchronous: Synchronous, busy_timeout: float
+) -> Engine:
+    in_memory = database in (None, "", ":memory:")
+    options: dict[str, Any] = {
+        "connect_args": {"check_same_thread": False, "timeout": busy_timeout},
+    }
+    if in_memory:
+        # One shared connection, or every checkout would see a new empty database.
+        options["poolclass"] = StaticPool
+    engine = create_engine(url, **options)
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        if not in_memory:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        # With autocommit at the driver level, SQLAlchemy transactions must
+        # start explicitly (the documented pysqlite recipe).
+        connection.exec_driver_sql("BEGIN")
+
+    return engine
+
+
+@contextmanager
+def translated_errors(action: str) -> Iterator[None]:
+    """Re-raise SQLAlchemy errors raised while doing ``action`` as ``StoreUnavailable``."""
+    try:
+        yield
+    except _SQLAlchemyError as error:
+        raise StoreUnavailable(f"Could not {action}: {error.__class__.__name__}: {error}") from error

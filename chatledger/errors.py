@@ -1,0 +1,25 @@
+"""The exceptions of chatledger's public API (defined in ``chatledger.domain.errors``).
+
+Catch ``ChatLedgerError`` for anything chatledger raises on purpose; no
+SQLAlchemy, psycopg or pydantic exception crosses the public API.
+"""
+
+from chatledger.domain.errors import (
+    AccessDenied,
+    ChatLedgerError,
+    ConcurrencyConflict,
+    InvalidInput,
+    InvalidSettings,
+    StoreUnavailable,
+    UnknownSession,
+)
+
+__all__ = [
+    "AccessDenied",
+    "ChatLedgerError",
+    "ConcurrencyConflict",
+    "InvalidInput",
+    "InvalidSettings",
+    "StoreUnavailable",
+    "UnknownSession",
+]

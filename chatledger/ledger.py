@@ -1,0 +1,803 @@
+"""``SessionLedger``: the application service every caller goes through.
+
+It resolves principals to sessions (tenant checks), validates input before
+anything is recorded, keeps recently used sessions loaded, and runs the
+commit protocol of DESIGN.md: snapshot the live ids, summarise outside the
+aggregate, optionally store the archive body, then record one ``Committed``
+covering exactly those ids (or a ``CommitFailed`` that changes nothing).
+Every write is one transaction; a version conflict with another writer
+reloads the session and re-applies the same change.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, ParamSpec, TypeVar
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.persistence import IntegrityError, PersistenceError
+from pydantic import ValidationError
+
+from chatledger.adapters.database import SQLAlchemyError, create_store_engine
+from chatledger.adapters.eventstore import EventStoreApplication, create_tables
+from chatledger.adapters.mapper import to_micros
+from chatledger.adapters.summarizer import ExtractiveSummarizer
+from chatledger.domain.errors import (
+    AccessDenied,
+    ChatLedgerError,
+    ConcurrencyConflict,
+    InvalidInput,
+    InvalidSettings,
+    StoreUnavailable,
+    UnknownSession,
+)
+from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.events import new_id
+from chatledger.domain.identity import session_id, validate_key
+from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer
+from chatledger.domain.quality import entity_retention_ratio
+from chatledger.domain.session import Session
+from chatledger.domain.values import (
+    ROLES,
+    ArchiveSummary,
+    ClientContext,
+    Message,
+    Principal,
+    ToolCall,
+    estimate_tokens,
+)
+from chatledger.results import (
+    AddedMessage,
+    CommitResult,
+    CommitTask,
+    ContextView,
+    LedgerEvent,
+    MergeResult,
+    SessionView,
+)
+from chatledger.settings import LedgerSettings, load_settings
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_MAX_WRITE_ATTEMPTS = 20
+
+
+def utc_now() -> datetime:
+    """The default clock."""
+    return datetime.now(UTC)
+
+
+def _public(method: Callable[P, R]) -> Callable[P, R]:
+    """Let only ``chatledger.errors`` out: translate driver and validation errors."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except ChatLedgerError:
+            raise
+        except ValidationError as error:
+            raise InvalidInput(_describe_validation(error)) from None
+        except (PersistenceError, SQLAlchemyError) as error:
+            raise StoreUnavailable(
+                f"The event store failed ({type(error).__name__}: {error}); nothing more was "
+                "recorded. Check the database is reachable and retry."
+            ) from error
+
+    return wrapper
+
+
+def _describe_validation(error: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()
+    )
+    return f"Invalid input ({problems}); nothing was recorded."
+
+
+class _SessionLock:
+    """A per-session lock; weakly held so idle sessions cost no memory."""
+
+    __slots__ = ("__weakref__", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+class _PendingCommit:
+    """What phase 1 of a commit captured: the exact messages to archive."""
+
+    def __init__(
+        self, sid: UUID, tenant: str, key: str, messages: list[Message], attempt_id: str
+    ) -> None:
+        self.sid = sid
+        self.tenant = tenant
+        self.key = key
+        self.messages = messages
+        self.attempt_id = attempt_id
+
+
+class SessionLedger:
+    """An event-sourced ledger of agent sessions on SQLite (default) or PostgreSQL."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        settings: LedgerSettings | None = None,
+        summarizer: Summarizer | None = None,
+        archive_store: ArchiveStore | None = None,
+        clock: Clock | None = None,
+        snapshot_interval: int | None = None,
+        **options: Any,
+    ) -> None:
+        self.settings = load_settings(
+            settings, url=url, snapshot_interval=snapshot_interval, **options
+        )
+        if summarizer is not None and not isinstance(summarizer, Summarizer):
+            raise InvalidSettings("summarizer must have summarize() and merge() methods.")
+        if archive_store is not None and not isinstance(archive_store, ArchiveStore):
+            raise InvalidSettings("archive_store must have put() and get() methods.")
+        self.summarizer: Summarizer = summarizer or ExtractiveSummarizer()
+        self.archive_store = archive_store
+        self._clock: Clock = clock or utc_now
+        engine = create_store_engine(
+            self.settings.url,
+            synchronous=self.settings.sqlite_synchronous,
+            busy_timeout=self.settings.busy_timeout,
+        )
+        try:
+            if self.settings.create_tables:
+                create_tables(engine)
+            self._app = EventStoreApplication(
+                engine, snapshot_interval=self.settings.snapshot_interval
+            )
+        except SQLAlchemyError as error:
+            engine.dispose()
+            raise StoreUnavailable(
+                f"Cannot open the event store at {engine.url!r}: {error}. Check the URL "
+                "and that the database is running."
+            ) from error
+        self._cache: OrderedDict[UUID, Session] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._locks: weakref.WeakValueDictionary[UUID, _SessionLock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._locks_guard = threading.Lock()
+        self._inflight: set[UUID] = set()
+        self._inflight_lock = threading.Lock()
+        self._tasks: dict[str, CommitTask] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Finish running commits, then release the database."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._app.close()
+
+    def __enter__(self) -> SessionLedger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --------------------------------------------------------------- writes
+    @_public
+    def add_message(
+        self,
+        principal: Principal,
+        key: str,
+        role: str,
+        content: str,
+        *,
+        name: str | None = None,
+        tool_call: ToolCall | Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+        account_id: str | None = None,
+        context: ClientContext | None = None,
+    ) -> AddedMessage:
+        """Record one message (creating the session on first use)."""
+        spec = {
+            "role": role,
+            "content": content,
+            "name": name,
+            "tool_call": tool_call,
+            "message_id": message_id,
+        }
+        return self.add_messages(
+            principal, key, [spec], account_id=account_id, context=context
+        )[0]
+
+    @_public
+    def add_messages(
+        self,
+        principal: Principal,
+        key: str,
+        messages: Sequence[Mapping[str, Any] | Message],
+        *,
+        account_id: str | None = None,
+        context: ClientContext | None = None,
+    ) -> list[AddedMessage]:
+        """Record several messages in one transaction: all of them, or none."""
+        tenant, key, sid = self._target(principal, key, account_id)
+        if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+            raise InvalidInput("messages must be a list of message dicts or Message objects.")
+        if not messages:
+            raise InvalidInput("add_messages needs at least one message.")
+        now = self._now()
+        built = [self._build_message(spec, now) for spec in messages]
+        ids = [m.id for m in built]
+        if len(set(ids)) != len(ids):
+            raise InvalidInput("Message ids within one call must be distinct.")
+
+        def apply(session: Session) -> list[int]:
+            versions = []
+            for message in built:
+                session.add_message(message, actor=principal, timestamp=now)
+                versions.append(session.version)
+            return versions
+
+        def create() -> Session:
+            return Session.start(
+                tenant=tenant, key=key, actor=principal, timestamp=now, context=context
+            )
+
+        versions, positions, session_after = self._write(sid, apply, create=create)
+        pending = session_after.pending_tokens
+        offset = len(positions) - len(built)
+        return [
+            AddedMessage(
+                message_id=message.id,
+                version=version,
+                pending_tokens=pending,
+                position=positions[offset + i],
+            )
+            for i, (message, version) in enumerate(zip(built, versions, strict=True))
+        ]
+
+    @_public
+    def commit(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        wait: bool = True,
+        account_id: str | None = None,
+    ) -> CommitResult:
+        """Fold the whole live buffer into a new archive."""
+        return self._commit(principal, key, None, wait=wait, account_id=account_id)
+
+    @_public
+    def commit_snapshot(
+        self,
+        principal: Principal,
+        key: str,
+        message_ids: Sequence[str],
+        *,
+        wait: bool = True,
+        account_id: str | None = None,
+    ) -> CommitResult:
+        """Fold exactly ``message_ids`` into a new archive; the rest stays live."""
+        if isinstance(message_ids, str) or not isinstance(message_ids, Sequence):
+            raise InvalidInput("message_ids must be a list of message id strings.")
+        if not message_ids:
+            raise InvalidInput("commit_snapshot needs at least one message id.")
+        if not all(isinstance(i, str) for i in message_ids):
+            raise InvalidInput("message_ids must all be strings.")
+        if len(set(message_ids)) != len(message_ids):
+            raise InvalidInput("message_ids contains duplicates; name each message once.")
+        return self._commit(principal, key, list(message_ids), wait=wait, account_id=account_id)
+
+    @_public
+    def merge_archives(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        threshold: int | None = None,
+        max_count: int | None = None,
+        account_id: str | None = None,
+    ) -> MergeResult:
+        """Merge the oldest live archives into one when there are more than ``threshold``."""
+        tenant, key, sid = self._target(principal, key, account_id)
+        threshold = self.settings.merge_threshold if threshold is None else threshold
+        max_count = self.settings.merge_max_count if max_count is None else max_count
+        if not isinstance(threshold, int) or threshold < 1:
+            raise InvalidInput("threshold must be an integer >= 1.")
+        if not isinstance(max_count, int) or max_count < 2:
+            raise InvalidInput("max_count must be an integer >= 2.")
+        with self._session_lock(sid):
+            session = self._require(sid, key)
+            live = list(session.archives)
+        if len(live) < 2:
+            return MergeResult(merged=False, reason="too_few_archives")
+        if len(live) <= threshold:
+            return MergeResult(merged=False, reason="below_threshold")
+        count = max(2, min(max_count, len(live) - threshold + 1))
+        sources = live[:count]
+        source_ids = tuple(a.archive_id for a in sources)
+        try:
+            summary = self.summarizer.merge(sources)
+            now = self._now()
+            archive = ArchiveSummary(
+                archive_id=new_id(),
+                overview=summary.overview,
+                abstract=summary.abstract,
+                message_ids=tuple(i for a in sources for i in a.message_ids),
+                tokens=estimate_tokens(summary.overview + summary.abstract),
+                created_at=now,
+                metadata={**summary.metadata, "merged_from": list(source_ids)},
+            )
+
+            def apply(session: Session) -> None:
+                if any(a not in {x.archive_id for x in session.archives} for a in source_ids):
+                    raise ConcurrencyConflict(
+                        "Another writer merged these archives meanwhile; call merge again."
+                    )
+                session.merge_archives(archive, source_ids, actor=principal, timestamp=now)
+
+            self._write(sid, apply)
+        except Exception as error:  # noqa: BLE001 - any failure leaves state unchanged
+            return MergeResult(merged=False, reason="failed", error=_error_text(error))
+        return MergeResult(merged=True, archive_id=archive.archive_id, source_archive_ids=source_ids)
+
+    # ---------------------------------------------------------------- reads
+    @_public
+    def session(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        at_version: int | None = None,
+        at_time: datetime | None = None,
+        account_id: str | None = None,
+    ) -> SessionView:
+        """The session now, or as it was at a version or a moment."""
+        _, key, sid = self._target(principal, key, account_id)
+        return self._view(self._load_as_of(sid, key, at_version, at_time))
+
+    @_public
+    def context(
+        self,
+        principal: Principal,
+        key: str,
+        token_budget: int = 128_000,
+        *,
+        at_version: int | None = None,
+        at_time: datetime | None = None,
+        account_id: str | None = None,
+    ) -> ContextView:
+        """The prompt context: latest archive summary plus the newest live messages that fit."""
+        if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0:
+            raise InvalidInput("token_budget must be a non-negative integer.")
+        _, key, sid = self._target(principal, key, account_id)
+        session = self._load_as_of(sid, key, at_version, at_time)
+        remaining = token_budget
+        archive = session.archives[-1] if session.archives else None
+        overview = abstract = ""
+        if archive is not None:
+            cost = estimate_tokens(archive.overview + archive.abstract)
+            if cost <= remaining:
+                overview, abstract = archive.overview, archive.abstract
+                remaining -= cost
+            else:
+                archive = None
+        kept: list[Message] = []
+        for message in reversed(session.live_messages):
+            if message.tokens > remaining:
+                break
+            kept.append(message)
+            remaining -= message.tokens
+        kept.reverse()
+        return ContextView(
+            key=key,
+            version=session.version,
+            token_budget=token_budget,
+            archive_id=archive.archive_id if archive else None,
+            overview=overview,
+            abstract=abstract,
+            messages=tuple(kept),
+            tokens=token_budget - remaining,
+            dropped_messages=len(session.buffer) - len(kept),
+        )
+
+    @_public
+    def history(
+        self, principal: Principal, key: str, *, account_id: str | None = None
+    ) -> list[LedgerEvent]:
+        """Every recorded event of the session, oldest first."""
+        _, key, sid = self._target(principal, key, account_id)
+        events = self._events(sid)
+        if not events:
+            raise UnknownSession(self._unknown(key))
+        return [
+            LedgerEvent(
+                key=key,
+                version=e.originator_version,
+                type=type(e).__name__,
+                timestamp=e.timestamp,
+                actor=e.actor,
+                event=e,
+            )
+            for e in events
+        ]
+
+    @_public
+    def task(self, task_id: str) -> CommitTask | None:
+        """A commit started with ``wait=False``; ``None`` for an unknown id."""
+        return self._tasks.get(task_id)
+
+    # ------------------------------------------------------------ internals
+    def _now(self) -> datetime:
+        moment = self._clock()
+        if not isinstance(moment, datetime) or moment.tzinfo is None:
+            raise InvalidSettings("The clock must return timezone-aware datetimes.")
+        return moment
+
+    def _target(
+        self, principal: Principal, key: str, account_id: str | None
+    ) -> tuple[str, str, UUID]:
+        if not isinstance(principal, Principal):
+            raise InvalidInput("principal must be a chatledger Principal.")
+        if self._closed:
+            raise StoreUnavailable("This ledger is closed; open a new SessionLedger.")
+        tenant = principal.account_id if account_id is None else account_id
+        validate_key(tenant, what="account id")
+        validate_key(key)
+        if tenant != principal.account_id and not principal.is_admin:
+            raise AccessDenied(
+                f"Principal of account {principal.account_id!r} may not touch sessions of "
+                f"account {tenant!r}; only admins may name another account."
+            )
+        return tenant, key, session_id(tenant, key)
+
+    def _build_message(self, spec: Mapping[str, Any] | Message, now: datetime) -> Message:
+        if isinstance(spec, Message):
+            fields: dict[str, Any] = spec.model_dump()
+            fields["message_id"] = fields.pop("id")
+        elif isinstance(spec, Mapping):
+            fields = dict(spec)
+        else:
+            raise InvalidInput("Each message must be a dict or a Message.")
+        unknown = set(fields) - {
+            "role", "content", "name", "tool_call", "message_id", "id", "created_at"
+        }
+        if unknown:
+            raise InvalidInput(f"Unknown message fields {sorted(unknown)}.")
+        role = fields.get("role")
+        if role not in ROLES:
+            raise InvalidInput(f"Unknown role {role!r}; use one of {', '.join(ROLES)}.")
+        content = fields.get("content")
+        if not isinstance(content, str):
+            raise InvalidInput(
+                f"Message content must be a str, not {type(content).__name__}."
+            )
+        if len(content) > self.settings.max_content_chars:
+            raise InvalidInput(
+                f"Message content has {len(content)} characters; the limit is "
+                f"{self.settings.max_content_chars} (setting max_content_chars)."
+            )
+        message_id = fields.get("message_id") or fields.get("id") or new_id()
+        validate_key(message_id, what="message id")
+        tool_call = fields.get("tool_call")
+        if tool_call is not None and not isinstance(tool_call, ToolCall):
+            tool_call = ToolCall.model_validate(tool_call)
+        return Message(
+            id=message_id,
+            role=role,
+            content=content,
+            created_at=fields.get("created_at") or now,
+            name=fields.get("name"),
+            tool_call=tool_call,
+        )
+
+    @contextmanager
+    def _session_lock(self, sid: UUID) -> Iterator[None]:
+        with self._locks_guard:
+            holder = self._locks.get(sid)
+            if holder is None:
+                holder = _SessionLock()
+                self._locks[sid] = holder
+        with holder.lock:
+            yield
+
+    def _cached(self, sid: UUID) -> Session | None:
+        with self._cache_lock:
+            session = self._cache.get(sid)
+            if session is not None:
+                self._cache.move_to_end(sid)
+            return session
+
+    def _remember(self, sid: UUID, session: Session) -> None:
+        if self.settings.cache_size == 0:
+            return
+        with self._cache_lock:
+            self._cache[sid] = session
+            self._cache.move_to_end(sid)
+            while len(self._cache) > self.settings.cache_size:
+                self._cache.popitem(last=False)
+
+    def _forget(self, sid: UUID) -> None:
+        with self._cache_lock:
+            self._cache.pop(sid, None)
+
+    def _load(self, sid: UUID, *, fresh: bool = True) -> Session | None:
+        """The session (caller holds its lock), from the cache or the store.
+
+        With ``fresh`` a cached session is fast-forwarded past events other
+        processes appended. Writes pass ``fresh=False``: a stale copy cannot
+        be recorded anyway (the append conflicts on its version, and the write
+        is re-applied to a reloaded session).
+        """
+        session = self._cached(sid)
+        if session is None:
+            try:
+                session = self._app.repository.get(sid)
+            except AggregateNotFoundError:
+                return None
+            self._remember(sid, session)
+            return session
+        if fresh:
+            for event in self._app.events.get(sid, gt=session.version):
+                event.mutate(session)  # type: ignore[attr-defined]
+        return session
+
+    def _require(self, sid: UUID, key: str) -> Session:
+        session = self._load(sid)
+        if session is None:
+            raise UnknownSession(self._unknown(key))
+        return session
+
+    def _unknown(self, key: str) -> str:
+        return f"No session {key!r} in this account; add a message to start it."
+
+    def _load_as_of(
+        self, sid: UUID, key: str, at_version: int | None, at_time: datetime | None
+    ) -> Session:
+        if at_version is not None and at_time is not None:
+            raise InvalidInput("Pass at_version or at_time, not both.")
+        if at_time is not None:
+            if not isinstance(at_time, datetime) or at_time.tzinfo is None:
+                raise InvalidInput("at_time must be a timezone-aware datetime.")
+            at_version = self._app.event_recorder.version_at(sid, to_micros(at_time))
+            if at_version is None:
+                raise UnknownSession(f"Session {key!r} did not exist yet at {at_time}.")
+        if at_version is not None:
+            if isinstance(at_version, bool) or not isinstance(at_version, int) or at_version < 1:
+                raise InvalidInput("at_version must be an integer >= 1.")
+            try:
+                session: Session = self._app.repository.get(sid, version=at_version)
+            except AggregateNotFoundError:
+                raise UnknownSession(self._unknown(key)) from None
+            if session.version < at_version:
+                raise InvalidInput(
+                    f"Session {key!r} has only {session.version} versions; "
+                    f"at_version {at_version} does not exist yet."
+                )
+            return session
+        with self._session_lock(sid):
+            session = self._require(sid, key)
+            return Session.from_state(session.id, session.version, session.to_state())
+
+    def _events(self, sid: UUID) -> list[SessionEvent]:
+        return list(self._app.events.get(sid))  # type: ignore[arg-type]
+
+    def _write(
+        self,
+        sid: UUID,
+        apply: Callable[[Session], R],
+        *,
+        create: Callable[[], Session] | None = None,
+    ) -> tuple[R, list[int], Session]:
+        """Apply a change and record its events atomically, re-applying on conflicts."""
+        with self._session_lock(sid):
+            for _ in range(_MAX_WRITE_ATTEMPTS):
+                session = self._load(sid, fresh=False)
+                if session is None:
+                    if create is None:
+                        raise UnknownSession(
+                            "That session does not exist; add a message to start it."
+                        )
+                    session = create()
+                try:
+                    outcome = apply(session)
+                    positions = self._app.record(session)
+                except IntegrityError:
+                    self._forget(sid)  # another writer got there first: reload, re-apply
+                    continue
+                except BaseException:
+                    self._forget(sid)  # the object may hold unrecorded changes
+                    raise
+                self._remember(sid, session)
+                return outcome, positions, session
+        raise ConcurrencyConflict(
+            f"Gave up after {_MAX_WRITE_ATTEMPTS} version conflicts with other writers; retry."
+        )
+
+    # --------------------------------------------------------- commit protocol
+    def _commit(
+        self,
+        principal: Principal,
+        key: str,
+        message_ids: list[str] | None,
+        *,
+        wait: bool,
+        account_id: str | None,
+    ) -> CommitResult:
+        tenant, key, sid = self._target(principal, key, account_id)
+        with self._session_lock(sid):
+            session = self._require(sid, key)
+            if message_ids is not None:
+                missing = session.missing_ids(message_ids)
+                if missing:
+                    raise InvalidInput(
+                        f"Messages {sorted(missing)} are not in the live buffer of {key!r}; "
+                        "pass ids of uncommitted messages. Nothing was recorded."
+                    )
+            with self._inflight_lock:
+                if sid in self._inflight:
+                    return CommitResult(
+                        status="skipped", archived=False, reason="commit_in_progress"
+                    )
+                if not session.buffer:
+                    return CommitResult(status="skipped", archived=False, reason="empty_buffer")
+                self._inflight.add(sid)
+            chosen = set(message_ids) if message_ids is not None else None
+            messages = [m for m in session.buffer.values() if chosen is None or m.id in chosen]
+        pending = _PendingCommit(sid, tenant, key, messages, attempt_id=new_id())
+        if wait:
+            return self._finish_commit(principal, pending)
+        task_id = new_id()
+        self._tasks[task_id] = CommitTask(task_id=task_id, key=key, status="processing")
+        try:
+            self._executor_for_commits().submit(self._run_task, task_id, principal, pending)
+        except RuntimeError as error:  # executor shut down
+            with self._inflight_lock:
+                self._inflight.discard(sid)
+            del self._tasks[task_id]
+            raise StoreUnavailable("This ledger is closing; commit not started.") from error
+        return CommitResult(status="processing", task_id=task_id)
+
+    def _executor_for_commits(self) -> ThreadPoolExecutor:
+        with self._inflight_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self.settings.commit_workers, thread_name_prefix="chatledger-commit"
+                )
+            return self._executor
+
+    def _run_task(self, task_id: str, principal: Principal, pending: _PendingCommit) -> None:
+        result = self._finish_commit(principal, pending)
+        result = result.model_copy(update={"task_id": task_id})
+        status = "completed" if result.status == "completed" else "failed"
+        self._tasks[task_id] = CommitTask(
+            task_id=task_id, key=pending.key, status=status, result=result
+        )
+
+    def _finish_commit(self, principal: Principal, pending: _PendingCommit) -> CommitResult:
+        try:
+            try:
+                archive = self._summarise(pending)
+                self._record_commit(principal, pending, archive)
+            except Exception as error:  # noqa: BLE001 - every failure is reported, not raised
+                text = _error_text(error)
+                self._record_failure(principal, pending, text)
+                return CommitResult(
+                    status="failed",
+                    archived=False,
+                    reason="commit_failed",
+                    error=text,
+                    message_ids=tuple(m.id for m in pending.messages),
+                )
+            return CommitResult(
+                status="completed",
+                archived=True,
+                archive_id=archive.archive_id,
+                message_ids=archive.message_ids,
+            )
+        finally:
+            with self._inflight_lock:
+                self._inflight.discard(pending.sid)
+
+    def _summarise(self, pending: _PendingCommit) -> ArchiveSummary:
+        summary = self.summarizer.summarize(tuple(pending.messages))
+        metadata = dict(summary.metadata)
+        metadata["source_tokens"] = sum(m.tokens for m in pending.messages)
+        if self.settings.entity_retention:
+            metadata["entity_retention_ratio"] = entity_retention_ratio(
+                (m.content for m in pending.messages), summary.overview
+            )
+        archive = ArchiveSummary(
+            archive_id=new_id(),
+            overview=summary.overview,
+            abstract=summary.abstract,
+            message_ids=tuple(m.id for m in pending.messages),
+            tokens=estimate_tokens(summary.overview + summary.abstract),
+            created_at=self._now(),
+            metadata=metadata,
+        )
+        if self.archive_store is not None:
+            self.archive_store.put(
+                ArchiveBody(
+                    archive_id=archive.archive_id,
+                    session_id=pending.sid.hex,
+                    tenant=pending.tenant,
+                    key=pending.key,
+                    messages=tuple(pending.messages),
+                    overview=archive.overview,
+                    abstract=archive.abstract,
+                )
+            )
+        elif self.settings.require_archive_store:
+            raise StoreUnavailable("archive store unavailable")
+        return archive
+
+    def _record_commit(
+        self, principal: Principal, pending: _PendingCommit, archive: ArchiveSummary
+    ) -> None:
+        now = self._now()
+
+        def apply(session: Session) -> None:
+            # Re-applied after a version conflict: the covered set never changes;
+            # if another writer already archived some of it, this commit must fail.
+            if session.missing_ids(archive.message_ids):
+                raise ConcurrencyConflict(
+                    "Some of these messages were committed by another writer meanwhile."
+                )
+            session.commit(archive, actor=principal, timestamp=now)
+
+        self._write(pending.sid, apply)
+
+    def _record_failure(self, principal: Principal, pending: _PendingCommit, text: str) -> None:
+        def apply(session: Session) -> None:
+            session.record_commit_failure(
+                attempt_id=pending.attempt_id,
+                error=text,
+                message_count=len(pending.messages),
+                actor=principal,
+                timestamp=self._now(),
+            )
+
+        try:
+            self._write(pending.sid, apply)
+        except Exception:  # noqa: BLE001, S110 - best effort: the audit note may be lost
+            pass
+
+    def _view(self, session: Session) -> SessionView:
+        return SessionView(
+            session_id=session.id,
+            tenant=session.tenant,
+            key=session.key,
+            version=session.version,
+            context=session.context,
+            created_at=session.created_on,
+            updated_at=session.updated_at,
+            message_count=session.message_count,
+            commit_count=session.commit_count,
+            last_commit_at=session.last_commit_at,
+            archive_count=len(session.archives),
+            evicted=session.evicted,
+            buffer=tuple(session.buffer.values()),
+            archives=tuple(session.archives),
+            pending_tokens=session.pending_tokens,
+            turn_count=session.turn_count,
+            should_compress=session.should_compress(self.settings.compress_threshold),
+        )
+
+
+def _error_text(error: BaseException) -> str:
+    text = str(error).strip()
+    return text or type(error).__name__

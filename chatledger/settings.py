@@ -1,0 +1,82 @@
+"""Configuration: constructor arguments > ``CHATLEDGER_*`` environment > defaults.
+
+Invalid values raise ``InvalidSettings`` naming the setting and what it accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from chatledger.domain.errors import InvalidSettings
+
+
+class LedgerSettings(BaseSettings):
+    """Every knob of a ``SessionLedger``; each also reads ``CHATLEDGER_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="CHATLEDGER_", frozen=True, extra="forbid")
+
+    url: str = Field(
+        default="sqlite:///chatledger.db",
+        min_length=1,
+        description="SQLAlchemy URL of the event store (SQLite file or PostgreSQL).",
+    )
+    snapshot_interval: int = Field(
+        default=200, ge=2, description="Take a snapshot every this many events of a session."
+    )
+    compress_threshold: int = Field(
+        default=10, ge=1, description="should_compress is true from this many user turns."
+    )
+    merge_threshold: int = Field(
+        default=8, ge=1, description="merge_archives merges when more live archives than this."
+    )
+    merge_max_count: int = Field(
+        default=8, ge=2, description="At most this many oldest archives are merged at once."
+    )
+    sqlite_synchronous: Literal["full", "normal"] = Field(
+        default="full",
+        description=(
+            "SQLite durability. 'full' survives power loss; 'normal' (WAL) survives a "
+            "process crash but may lose the last commits on power loss."
+        ),
+    )
+    busy_timeout: float = Field(
+        default=10.0, gt=0, description="Seconds to wait for a database lock or connection."
+    )
+    entity_retention: bool = Field(
+        default=False, description="Store entity_retention_ratio in archive metadata."
+    )
+    require_archive_store: bool = Field(
+        default=False, description="Fail commits when no archive store is configured."
+    )
+    max_content_chars: int = Field(
+        default=1_000_000, ge=1, description="Largest message content accepted."
+    )
+    cache_size: int = Field(
+        default=1024, ge=0, description="Sessions kept loaded in memory (0: no cache)."
+    )
+    commit_workers: int = Field(
+        default=2, ge=1, description="Threads running commits started with wait=False."
+    )
+    create_tables: bool = Field(
+        default=True, description="Create missing tables on start (off for DDL-less workers)."
+    )
+
+
+def load_settings(base: LedgerSettings | None = None, **overrides: Any) -> LedgerSettings:
+    """Settings from ``base`` (or the environment) with ``overrides`` applied, validated."""
+    values = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        if base is None:
+            return LedgerSettings(**values)
+        return LedgerSettings(**{**base.model_dump(), **values})
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}"
+            for e in error.errors()
+        )
+        raise InvalidSettings(f"Invalid chatledger settings: {problems}.") from None
+    except TypeError as error:
+        raise InvalidSettings(f"Invalid chatledger settings: {error}.") from None

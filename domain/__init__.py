@@ -1,0 +1,68 @@
+"""The session domain (``chatledger.domain``): aggregate, events, value objects, ports.
+
+Pure: no SQL, no files, no clock reads. Imports nothing else of chatledger.
+"""
+
+from chatledger.domain.errors import (
+    AccessDenied,
+    ChatLedgerError,
+    ConcurrencyConflict,
+    InvalidInput,
+    InvalidSettings,
+    StoreUnavailable,
+    UnknownSession,
+)
+from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.events import (
+    EVENT_TYPES,
+    ArchiveMerged,
+    CommitFailed,
+    Committed,
+    Evicted,
+    MessageAdded,
+    Started,
+)
+from chatledger.domain.identity import session_id, validate_key
+from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer, Summary
+from chatledger.domain.session import Session, SessionState
+from chatledger.domain.values import (
+    ArchiveSummary,
+    ClientContext,
+    Message,
+    Principal,
+    ToolCall,
+    estimate_tokens,
+)
+
+__all__ = [
+    "EVENT_TYPES",
+    "AccessDenied",
+    "ArchiveBody",
+    "ArchiveMerged",
+    "ArchiveStore",
+    "ArchiveSummary",
+    "ChatLedgerError",
+    "ClientContext",
+    "Clock",
+    "CommitFailed",
+    "Committed",
+    "ConcurrencyConflict",
+    "Evicted",
+    "InvalidInput",
+    "InvalidSettings",
+    "Message",
+    "MessageAdded",
+    "Principal",
+    "Session",
+    "SessionEvent",
+    "SessionState",
+    "Started",
+    "StoreUnavailable",
+    "Summarizer",
+    "Summary",
+    "ToolCall",
+    "UnknownSession",
+    "estimate_tokens",
+    "session_id",
+    "validate_key",
+]

@@ -1,0 +1,130 @@
+"""The session events: the public contract of what can happen to a session.
+
+Names and fields are stable (stored events name their class by module path, so
+these classes must never move; see docs/concepts.md for the catalogue). Each
+event's ``apply`` is replayed on every load: it only changes aggregate state,
+never validates or performs I/O (validation happens in ``Session`` commands).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any, Literal
+
+from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
+from chatledger.domain.rules import with_merge
+from chatledger.domain.values import ArchiveSummary, ClientContext, EvictionReason, Message
+
+if TYPE_CHECKING:
+    from chatledger.domain.session import Session
+
+
+class Started(SessionCreationEvent):
+    """A session was created for a tenant under a key, with the client's context."""
+
+    tenant: str
+    key: str
+    context: ClientContext = ClientContext()
+
+    def apply(self, aggregate: Any) -> None:
+        session: Session = aggregate
+        session.tenant = self.tenant
+        session.key = self.key
+        session.context = self.context
+        session.updated_at = self.timestamp
+        session.started_by = self.actor
+
+
+class MessageAdded(SessionEvent):
+    """One message joined the live buffer."""
+
+    message: Message
+
+    def apply(self, aggregate: Any) -> None:
+        session: Session = aggregate
+        message = self.message
+        session.buffer[message.id] = message
+        session.pending_tokens += message.tokens
+        if message.role == "user":
+            session.turn_count += 1
+        session.message_count += 1
+        session.evicted = False
+        session.updated_at = self.timestamp
+
+
+class Committed(SessionEvent):
+    """Exactly the messages named by the archive left the buffer, folded into it."""
+
+    archive: ArchiveSummary
+
+    @property
+    def message_ids(self) -> tuple[str, ...]:
+        return self.archive.message_ids
+
+    def apply(self, aggregate: Any) -> None:
+        session: Session = aggregate
+        for message_id in self.archive.message_ids:
+            message = session.buffer.pop(message_id, None)
+            if message is not None:
+                session.pending_tokens -= message.tokens
+                if message.role == "user":
+                    session.turn_count -= 1
+        session.archives.append(self.archive)
+        session.commit_count += 1
+        session.last_commit_at = self.timestamp
+        session.updated_at = self.timestamp
+
+
+class CommitFailed(SessionEvent):
+    """A commit attempt failed; recorded for audit, it changes no state."""
+
+    attempt_id: str
+    error: str
+    message_count: int
+
+    def apply(self, aggregate: Any) -> None:
+        # Deliberately nothing: a failed commit leaves buffer, archives and
+        # counters exactly as they were (only the version moves on).
+        return None
+
+
+class ArchiveMerged(SessionEvent):
+    """Several live archives were replaced by one merged archive."""
+
+    archive: ArchiveSummary
+    source_archive_ids: tuple[str, ...]
+
+    def apply(self, aggregate: Any) -> None:
+        session: Session = aggregate
+        session.archives = with_merge(session.archives, self.archive, self.source_archive_ids)
+        session.updated_at = self.timestamp
+
+
+class Evicted(SessionEvent):
+    """The session left the working set (idle TTL, LRU cap or an admin); history stays."""
+
+    reason: EvictionReason
+    idle_seconds: float | None = None
+
+    def apply(self, aggregate: Any) -> None:
+        session: Session = aggregate
+        session.evicted = True
+        session.updated_at = self.timestamp
+
+
+EVENT_TYPES: tuple[type[SessionEvent], ...] = (
+    Started,
+    MessageAdded,
+    Committed,
+    CommitFailed,
+    ArchiveMerged,
+    Evicted,
+)
+EventName = Literal[
+    "Started", "MessageAdded", "Committed", "CommitFailed", "ArchiveMerged", "Evicted"
+]
+
+
+def new_id() -> str:
+    """A fresh identifier for messages, archives and commit attempts."""
+    return uuid.uuid4().hex

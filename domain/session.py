@@ -1,0 +1,246 @@
+"""The ``Session`` aggregate: the live buffer, the live archives and counters.
+
+State is kept small on purpose: committed message bodies leave the aggregate
+(they stay in the event log), so snapshots and cache copies stay bounded by
+the live buffer and the archive summaries, not by the length of history.
+Commands validate and then trigger exactly one event each; nothing here reads
+a clock (timestamps are passed in) or touches storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+from uuid import UUID
+
+from eventsourcing.domain import BaseAggregate, CanSnapshotAggregate
+from eventsourcing.utils import get_topic, resolve_topic
+from pydantic import BaseModel, ConfigDict
+
+from chatledger.domain.errors import InvalidInput
+from chatledger.domain.eventsourced import DomainEvent
+from chatledger.domain.events import (
+    ArchiveMerged,
+    CommitFailed,
+    Committed,
+    Evicted,
+    MessageAdded,
+    Started,
+)
+from chatledger.domain.identity import session_id
+from chatledger.domain.values import (
+    ArchiveSummary,
+    ClientContext,
+    EvictionReason,
+    Message,
+    Principal,
+)
+
+DEFAULT_COMPRESS_THRESHOLD = 10
+
+
+class SessionState(BaseModel):
+    """Everything a ``Session`` holds, as one serialisable value (for snapshots)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    created_on: datetime
+    modified_on: datetime
+    tenant: str
+    key: str
+    context: ClientContext
+    started_by: Principal
+    buffer: tuple[Message, ...]
+    archives: tuple[ArchiveSummary, ...]
+    message_count: int
+    commit_count: int
+    last_commit_at: datetime | None
+    updated_at: datetime
+    evicted: bool
+
+
+class Session(BaseAggregate[UUID]):
+    """One conversation of one tenant, rebuilt from its events."""
+
+    def __init__(self) -> None:
+        # Filled in by ``Started.apply``; defaults keep the shape total.
+        self.tenant = ""
+        self.key = ""
+        self.context = ClientContext()
+        self.started_by: Principal = Principal(account_id="-")
+        self.buffer: dict[str, Message] = {}  # live messages by id, oldest first
+        self.pending_tokens = 0
+        self.turn_count = 0
+        self.archives: list[ArchiveSummary] = []
+        self.message_count = 0
+        self.commit_count = 0
+        self.last_commit_at: datetime | None = None
+        self.updated_at: datetime = self.created_on
+        self.evicted = False
+
+    # ----------------------------------------------------------------- commands
+    @classmethod
+    def start(
+        cls,
+        *,
+        tenant: str,
+        key: str,
+        actor: Principal,
+        timestamp: datetime,
+        context: ClientContext | None = None,
+    ) -> Session:
+        return cls._create(
+            Started,
+            id=session_id(tenant, key),
+            tenant=tenant,
+            key=key,
+            context=context or ClientContext(),
+            actor=actor,
+            timestamp=timestamp,
+        )
+
+    def add_message(self, message: Message, *, actor: Principal, timestamp: datetime) -> None:
+        if message.id in self.buffer:
+            raise InvalidInput(
+                f"A message with id {message.id!r} is already in the live buffer; "
+                "use a fresh id (or omit it to get one)."
+            )
+        self.trigger_event(MessageAdded, message=message, actor=actor, timestamp=timestamp)
+
+    def commit(self, archive: ArchiveSummary, *, actor: Principal, timestamp: datetime) -> None:
+        missing = self.missing_ids(archive.message_ids)
+        if missing:
+            raise InvalidInput(
+                f"Messages {sorted(missing)} are not in the live buffer of session "
+                f"{self.key!r}; pass ids of live (uncommitted) messages only."
+            )
+        if not archive.message_ids:
+            raise InvalidInput("A commit must cover at least one message.")
+        self.trigger_event(Committed, archive=archive, actor=actor, timestamp=timestamp)
+
+    def record_commit_failure(
+        self,
+        *,
+        attempt_id: str,
+        error: str,
+        message_count: int,
+        actor: Principal,
+        timestamp: datetime,
+    ) -> None:
+        self.trigger_event(
+            CommitFailed,
+            attempt_id=attempt_id,
+            error=error,
+            message_count=message_count,
+            actor=actor,
+            timestamp=timestamp,
+        )
+
+    def merge_archives(
+        self,
+        archive: ArchiveSummary,
+        source_archive_ids: Sequence[str],
+        *,
+        actor: Principal,
+        timestamp: datetime,
+    ) -> None:
+        live = {a.archive_id for a in self.archives}
+        unknown = [s for s in source_archive_ids if s not in live]
+        if unknown or len(set(source_archive_ids)) < 2:
+            raise InvalidInput(
+                f"A merge needs at least two distinct live archives; not live: {unknown}."
+            )
+        self.trigger_event(
+            ArchiveMerged,
+            archive=archive,
+            source_archive_ids=tuple(source_archive_ids),
+            actor=actor,
+            timestamp=timestamp,
+        )
+
+    def evict(
+        self,
+        reason: EvictionReason,
+        *,
+        idle_seconds: float | None,
+        actor: Principal,
+        timestamp: datetime,
+    ) -> None:
+        self.trigger_event(
+            Evicted, reason=reason, idle_seconds=idle_seconds, actor=actor, timestamp=timestamp
+        )
+
+    # ---------------------------------------------------------------- queries
+    def missing_ids(self, message_ids: Sequence[str]) -> set[str]:
+        return {i for i in message_ids if i not in self.buffer}
+
+    @property
+    def live_messages(self) -> list[Message]:
+        return list(self.buffer.values())
+
+    def should_compress(self, threshold: int = DEFAULT_COMPRESS_THRESHOLD) -> bool:
+        return self.turn_count >= threshold
+
+    def to_state(self) -> SessionState:
+        return SessionState(
+            created_on=self.created_on,
+            modified_on=self.modified_on,
+            tenant=self.tenant,
+            key=self.key,
+            context=self.context,
+            started_by=self.started_by,
+            buffer=tuple(self.buffer.values()),
+            archives=tuple(self.archives),
+            message_count=self.message_count,
+            commit_count=self.commit_count,
+            last_commit_at=self.last_commit_at,
+            updated_at=self.updated_at,
+            evicted=self.evicted,
+        )
+
+    @classmethod
+    def from_state(cls, id_: UUID, version: int, state: SessionState) -> Session:
+        session = cls.__new__(cls)
+        session._id = id_
+        session._version = version
+        session._created_on = state.created_on
+        session._modified_on = state.modified_on
+        session._pending_events = []
+        session.tenant = state.tenant
+        session.key = state.key
+        session.context = state.context
+        session.started_by = state.started_by
+        session.buffer = {m.id: m for m in state.buffer}
+        session.pending_tokens = sum(m.tokens for m in state.buffer)
+        session.turn_count = sum(1 for m in state.buffer if m.role == "user")
+        session.archives = list(state.archives)
+        session.message_count = state.message_count
+        session.commit_count = state.commit_count
+        session.last_commit_at = state.last_commit_at
+        session.updated_at = state.updated_at
+        session.evicted = state.evicted
+        return session
+
+    class Snapshot(DomainEvent, CanSnapshotAggregate[UUID]):
+        """The whole state of a session at one version, as a pydantic value."""
+
+        class_version: ClassVar[int] = 1
+
+        topic: str
+        state: SessionState
+
+        @classmethod
+        def take(cls, aggregate: Any) -> Session.Snapshot:
+            session: Session = aggregate
+            return cls(
+                originator_id=session.id,
+                originator_version=session.version,
+                timestamp=session.modified_on,
+                topic=get_topic(type(session)),
+                state=session.to_state(),
+            )
+
+        def mutate(self, _: None) -> Any:
+            session_class: type[Session] = resolve_topic(self.topic)
+            return session_class.from_state(self.originator_id, self.originator_version, self.state)

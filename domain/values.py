@@ -1,0 +1,106 @@
+"""Value objects of the session domain: who acts, what is said, what is archived.
+
+All are frozen pydantic models, so they validate on construction, compare by
+value and serialise to JSON exactly. Nothing here performs I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+PrincipalRole = Literal["member", "admin"]
+EvictionReason = Literal["idle", "lru", "admin"]
+
+
+class Value(BaseModel):
+    """Base of every value object: immutable, no unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def has_control_characters(text: str) -> bool:
+    """True if ``text`` holds an ASCII or Unicode C0/C1 control character."""
+    return _CONTROL_CHARACTER.search(text) is not None
+
+
+class Principal(Value):
+    """The acting party: a tenant account, a user in it, and the agent acting for them."""
+
+    account_id: str = Field(min_length=1, max_length=256)
+    user_id: str = Field(default="", max_length=256)
+    agent_id: str = Field(default="", max_length=256)
+    role: PrincipalRole = "member"
+    trace_id: str = Field(default="", max_length=256)
+
+    @field_validator("account_id", "user_id", "agent_id", "trace_id")
+    @classmethod
+    def _no_control_characters(cls, value: str) -> str:
+        if has_control_characters(value):
+            raise ValueError("must not contain control characters")
+        return value
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+class ToolCall(Value):
+    """Usage data of one tool call, carried by the message that reports it."""
+
+    tool_name: str = Field(min_length=1, max_length=256)
+    status: Literal["success", "error"] = "success"
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class Message(Value):
+    """One message of a conversation, as recorded in a ``MessageAdded`` event."""
+
+    id: str = Field(min_length=1, max_length=128)
+    role: Role
+    content: str
+    created_at: datetime
+    name: str | None = None
+    tool_call: ToolCall | None = None
+
+    @property
+    def tokens(self) -> int:
+        return estimate_tokens(self.content)
+
+
+class ClientContext(Value):
+    """Where the client runs, captured verbatim when a session starts."""
+
+    cwd: str = ""
+    additional_directories: tuple[str, ...] = ()
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class ArchiveSummary(Value):
+    """A summarised archive of messages folded out of the live buffer."""
+
+    archive_id: str = Field(min_length=1)
+    overview: str
+    abstract: str
+    message_ids: tuple[str, ...]
+    tokens: int = Field(ge=0)
+    created_at: datetime
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def estimate_tokens(content: str) -> int:
+    """The token estimate of a message: a quarter of its characters, at least one."""
+    return max(1, len(content) // 4)
