@@ -116,4 +116,6 @@ def translated_errors(action: str) -> Iterator[None]:
     try:
         yield
     except _SQLAlchemyError as error:
-        raise StoreUnavailable(f"Could not {action}: {error.__class__.__name__}: {error}") from error
+        raise StoreUnavailable(
+            f"Could not {action}: {error.__class__.__name__}: {error}"
+        ) from error

@@ -15,6 +15,7 @@ by the application service).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -140,6 +141,18 @@ class _SqlRecorder:
             getattr(row, "timestamp_us", 0),
         )
 
+    def _execute_rows(
+        self, cursor: Any, sql: str, returning: str | None, rows: Sequence[StoredEvent]
+    ) -> list[int]:
+        ids: list[int] = []
+        for row in rows:
+            if returning is None:
+                cursor.execute(sql, self._params(row))
+                continue
+            cursor.execute(returning, self._params(row))
+            ids.append(int(cursor.fetchone()[0]))
+        return ids
+
     def _insert_sqlite(
         self, sql: str, returning: str | None, rows: Sequence[StoredEvent]
     ) -> list[int]:
@@ -149,19 +162,13 @@ class _SqlRecorder:
             self._writer = self.engine.raw_connection()
         connection = self._writer
         cursor = connection.cursor()
-        ids: list[int] = []
         try:
             cursor.execute("BEGIN IMMEDIATE")
             try:
-                for row in rows:
-                    if returning is not None:
-                        cursor.execute(returning, self._params(row))
-                        ids.append(int(cursor.fetchone()[0]))
-                    else:
-                        cursor.execute(sql, self._params(row))
+                ids = self._execute_rows(cursor, sql, returning, rows)
                 cursor.execute("COMMIT")
             except BaseException:
-                if connection.dbapi_connection.in_transaction:  # type: ignore[union-attr]
+                if connection.dbapi_connection.in_transaction:
                     cursor.execute("ROLLBACK")
                 raise
         except self.dbapi.Error as error:
@@ -179,16 +186,10 @@ class _SqlRecorder:
         connection = self.engine.raw_connection()
         try:
             cursor = connection.cursor()
-            ids: list[int] = []
             try:
                 if lock_sql:
                     cursor.execute(lock_sql)
-                for row in rows:
-                    if returning is not None:
-                        cursor.execute(returning, self._params(row))
-                        ids.append(int(cursor.fetchone()[0]))
-                    else:
-                        cursor.execute(sql, self._params(row))
+                ids = self._execute_rows(cursor, sql, returning, rows)
                 connection.commit()
             except BaseException:
                 connection.rollback()
@@ -206,8 +207,14 @@ class _SqlRecorder:
             self._writer.close()
             self._writer = None
 
-    def _select(self, originator_id: UUID | str, gt: int | None, lte: int | None,
-                desc: bool, limit: int | None) -> list[StoredEvent]:
+    def _select(
+        self,
+        originator_id: UUID | str,
+        gt: int | None,
+        lte: int | None,
+        desc: bool,
+        limit: int | None,
+    ) -> list[StoredEvent]:
         t = self.table
         oid = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
         query = select(t.c.originator_version, t.c.topic, t.c.state, t.c.timestamp_us).where(
@@ -224,7 +231,7 @@ class _SqlRecorder:
         try:
             with self.engine.connect() as connection:
                 rows = connection.execute(query).all()
-        except Exception as error:  # noqa: BLE001 - translated for the library
+        except Exception as error:
             raise self._translate_any(error) from error
         return [
             TimedStoredEvent(
@@ -248,10 +255,9 @@ class SqlSnapshotRecorder(_SqlRecorder, AggregateRecorder):
     """Stores snapshots; a snapshot at a version already stored is ignored."""
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
-        try:
+        # Another process may have stored the same snapshot: equal by construction.
+        with contextlib.suppress(IntegrityError):
             self._insert_rows(stored_events, lock_sql=None)
-        except IntegrityError:
-            pass  # another process stored the same snapshot: equal by construction
 
     def select_events(
         self,
@@ -289,13 +295,16 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
     def version_at(self, originator_id: UUID, timestamp_us: int) -> int | None:
         """The last version of a stream recorded at or before a moment, if any."""
         t = self.table
-        query = select(t.c.originator_version).where(
-            t.c.originator_id == originator_id, t.c.timestamp_us <= timestamp_us
-        ).order_by(t.c.originator_version.desc()).limit(1)
+        query = (
+            select(t.c.originator_version)
+            .where(t.c.originator_id == originator_id, t.c.timestamp_us <= timestamp_us)
+            .order_by(t.c.originator_version.desc())
+            .limit(1)
+        )
         try:
             with self.engine.connect() as connection:
                 value = connection.execute(query).scalar()
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise self._translate_any(error) from error
         return None if value is None else int(value)
 
@@ -320,7 +329,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         try:
             with self.engine.connect() as connection:
                 rows = connection.execute(query).all()
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise self._translate_any(error) from error
         return [
             Notification(
@@ -339,7 +348,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         try:
             with self.engine.connect() as connection:
                 value = connection.execute(select(func.max(self.table.c.id))).scalar()
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise self._translate_any(error) from error
         return None if value is None else int(value)
 
@@ -434,8 +443,6 @@ class EventStoreApplication(Application[UUID]):
 
     def _snapshot(self, session: Session) -> None:
         assert self.snapshots is not None
-        try:
+        # A snapshot only speeds loading; the events are already safe without it.
+        with contextlib.suppress(DatabaseError):
             self.snapshots.put([Session.Snapshot.take(session)])
-        except DatabaseError:
-            # A snapshot only speeds loading; the events are already safe.
-            pass

@@ -162,9 +162,7 @@ class AsyncSessionLedger:
     async def history(
         self, principal: Principal, key: str, *, account_id: str | None = None
     ) -> list[LedgerEvent]:
-        return await asyncio.to_thread(
-            self.ledger.history, principal, key, account_id=account_id
-        )
+        return await asyncio.to_thread(self.ledger.history, principal, key, account_id=account_id)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.ledger.close)

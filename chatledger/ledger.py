@@ -11,6 +11,7 @@ reloads the session and re-applies the same change.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import weakref
@@ -39,8 +40,8 @@ from chatledger.domain.errors import (
     StoreUnavailable,
     UnknownSession,
 )
-from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.events import new_id
+from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.identity import session_id, validate_key
 from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer
 from chatledger.domain.quality import entity_retention_ratio
@@ -168,9 +169,7 @@ class SessionLedger:
             ) from error
         self._cache: OrderedDict[UUID, Session] = OrderedDict()
         self._cache_lock = threading.Lock()
-        self._locks: weakref.WeakValueDictionary[UUID, _SessionLock] = (
-            weakref.WeakValueDictionary()
-        )
+        self._locks: weakref.WeakValueDictionary[UUID, _SessionLock] = weakref.WeakValueDictionary()
         self._locks_guard = threading.Lock()
         self._inflight: set[UUID] = set()
         self._inflight_lock = threading.Lock()
@@ -217,9 +216,7 @@ class SessionLedger:
             "tool_call": tool_call,
             "message_id": message_id,
         }
-        return self.add_messages(
-            principal, key, [spec], account_id=account_id, context=context
-        )[0]
+        return self.add_messages(principal, key, [spec], account_id=account_id, context=context)[0]
 
     @_public
     def add_messages(
@@ -312,7 +309,7 @@ class SessionLedger:
         account_id: str | None = None,
     ) -> MergeResult:
         """Merge the oldest live archives into one when there are more than ``threshold``."""
-        tenant, key, sid = self._target(principal, key, account_id)
+        _, key, sid = self._target(principal, key, account_id)
         threshold = self.settings.merge_threshold if threshold is None else threshold
         max_count = self.settings.merge_max_count if max_count is None else max_count
         if not isinstance(threshold, int) or threshold < 1:
@@ -350,9 +347,11 @@ class SessionLedger:
                 session.merge_archives(archive, source_ids, actor=principal, timestamp=now)
 
             self._write(sid, apply)
-        except Exception as error:  # noqa: BLE001 - any failure leaves state unchanged
+        except Exception as error:
             return MergeResult(merged=False, reason="failed", error=_error_text(error))
-        return MergeResult(merged=True, archive_id=archive.archive_id, source_archive_ids=source_ids)
+        return MergeResult(
+            merged=True, archive_id=archive.archive_id, source_archive_ids=source_ids
+        )
 
     # ---------------------------------------------------------------- reads
     @_public
@@ -473,7 +472,13 @@ class SessionLedger:
         else:
             raise InvalidInput("Each message must be a dict or a Message.")
         unknown = set(fields) - {
-            "role", "content", "name", "tool_call", "message_id", "id", "created_at"
+            "role",
+            "content",
+            "name",
+            "tool_call",
+            "message_id",
+            "id",
+            "created_at",
         }
         if unknown:
             raise InvalidInput(f"Unknown message fields {sorted(unknown)}.")
@@ -482,9 +487,7 @@ class SessionLedger:
             raise InvalidInput(f"Unknown role {role!r}; use one of {', '.join(ROLES)}.")
         content = fields.get("content")
         if not isinstance(content, str):
-            raise InvalidInput(
-                f"Message content must be a str, not {type(content).__name__}."
-            )
+            raise InvalidInput(f"Message content must be a str, not {type(content).__name__}.")
         if len(content) > self.settings.max_content_chars:
             raise InvalidInput(
                 f"Message content has {len(content)} characters; the limit is "
@@ -692,7 +695,7 @@ class SessionLedger:
             try:
                 archive = self._summarise(pending)
                 self._record_commit(principal, pending, archive)
-            except Exception as error:  # noqa: BLE001 - every failure is reported, not raised
+            except Exception as error:
                 text = _error_text(error)
                 self._record_failure(principal, pending, text)
                 return CommitResult(
@@ -771,10 +774,10 @@ class SessionLedger:
                 timestamp=self._now(),
             )
 
-        try:
+        # Best effort: the audit note of a failure may be lost (e.g. the store is
+        # down), but the failure itself is reported to the caller either way.
+        with contextlib.suppress(Exception):
             self._write(pending.sid, apply)
-        except Exception:  # noqa: BLE001, S110 - best effort: the audit note may be lost
-            pass
 
     def _view(self, session: Session) -> SessionView:
         return SessionView(

@@ -12,7 +12,6 @@ from chatledger.domain.errors import (
     StoreUnavailable,
     UnknownSession,
 )
-from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.events import (
     EVENT_TYPES,
     ArchiveMerged,
@@ -22,6 +21,7 @@ from chatledger.domain.events import (
     MessageAdded,
     Started,
 )
+from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.identity import session_id, validate_key
 from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer, Summary
 from chatledger.domain.session import Session, SessionState

@@ -38,7 +38,7 @@ class SessionEvent(DomainEvent, CanMutateAggregate[UUID]):
 
     actor: Principal
 
-    def apply(self, aggregate: Any) -> None:  # noqa: D102 - overridden per event
+    def apply(self, aggregate: Any) -> None:
         raise NotImplementedError
 
 

@@ -16,10 +16,14 @@ _CODE_LIKE = re.compile(r"[A-Za-z_][\w]*(?:[./][\w]+)+(?:\(\))?|[A-Za-z]+_[\w]+|
 _CAPITALISED = re.compile(r"\b[A-Z][A-Za-z0-9]+\b")
 # Capitalised only because they start a sentence; not entities.
 _STOPWORDS = frozenset(
-    "I A An The This That These Those It Its We You He She They Our Your My "
-    "And But Or So If Then When What Why How Where Who Yes No Ok Okay Please "
-    "Thanks Thank Hello Hi Hey Sure Let Can Could Would Should Is Are Was Were "
-    "Do Does Did Not Also Now Here There".split()
+    {
+        *("I", "A", "An", "The", "This", "That", "These", "Those", "It", "Its"),
+        *("We", "You", "He", "She", "They", "Our", "Your", "My", "And", "But"),
+        *("Or", "So", "If", "Then", "When", "What", "Why", "How", "Where", "Who"),
+        *("Yes", "No", "Ok", "Okay", "Please", "Thanks", "Thank", "Hello", "Hi"),
+        *("Hey", "Sure", "Let", "Can", "Could", "Would", "Should", "Is", "Are"),
+        *("Was", "Were", "Do", "Does", "Did", "Not", "Also", "Now", "Here", "There"),
+    }
 )
 
 

@@ -19,7 +19,6 @@ from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ConfigDict
 
 from chatledger.domain.errors import InvalidInput
-from chatledger.domain.eventsourced import DomainEvent
 from chatledger.domain.events import (
     ArchiveMerged,
     CommitFailed,
@@ -28,6 +27,7 @@ from chatledger.domain.events import (
     MessageAdded,
     Started,
 )
+from chatledger.domain.eventsourced import DomainEvent
 from chatledger.domain.identity import session_id
 from chatledger.domain.values import (
     ArchiveSummary,

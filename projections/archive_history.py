@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.events import ArchiveMerged, Committed
+from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.rules import with_merge
 from chatledger.domain.values import ArchiveSummary
 

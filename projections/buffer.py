@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.events import Committed, MessageAdded
+from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.rules import without_messages
 from chatledger.domain.values import Message
 

@@ -7,8 +7,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.events import ArchiveMerged, Committed, Evicted, MessageAdded, Started
+from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.values import ClientContext
 
 

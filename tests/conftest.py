@@ -9,38 +9,27 @@ sets ``CHATLEDGER_REQUIRE_POSTGRES=1`` so that a skip there is a failure.
 from __future__ import annotations
 
 import os
-import threading
+import sys
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from chatledger import Principal, SessionLedger
+# Test helpers live beside this file (tests/support.py). The tests folder goes on
+# sys.path -- never the repository root, whose chatledger/ source folder would
+# shadow the installed package under test.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from chatledger import SessionLedger
+from support import ADMIN, ALICE, BOB, FixedClock
+
+__all__ = ["ADMIN", "ALICE", "BOB", "FixedClock"]
 
 POSTGRES_URL = os.environ.get("CHATLEDGER_TEST_POSTGRES_URL", "")
 REQUIRE_POSTGRES = os.environ.get("CHATLEDGER_REQUIRE_POSTGRES", "") not in ("", "0")
-
-ALICE = Principal(account_id="acme", user_id="alice", agent_id="support-bot", trace_id="t-1")
-BOB = Principal(account_id="globex", user_id="bob", agent_id="helper")
-ADMIN = Principal(account_id="ops", user_id="root", agent_id="console", role="admin", trace_id="adm")
-
-
-class FixedClock:
-    """A deterministic clock: starts at a fixed moment, advances one second per call."""
-
-    def __init__(self, start: datetime | None = None, step: timedelta = timedelta(seconds=1)):
-        self.now = start or datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-        self.step = step
-        self._lock = threading.Lock()
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            self.now += self.step
-            return self.now
 
 
 def _postgres_schema_url(base: str, schema: str) -> str:
@@ -53,7 +42,9 @@ def backend(request: pytest.FixtureRequest) -> str:
     """The database kind under test."""
     if request.param == "postgres" and not POSTGRES_URL:
         if REQUIRE_POSTGRES:
-            pytest.fail("CHATLEDGER_REQUIRE_POSTGRES is set but CHATLEDGER_TEST_POSTGRES_URL is not")
+            pytest.fail(
+                "CHATLEDGER_REQUIRE_POSTGRES is set but CHATLEDGER_TEST_POSTGRES_URL is not"
+            )
         pytest.skip("PostgreSQL not configured: set CHATLEDGER_TEST_POSTGRES_URL to run these")
     return str(request.param)
 

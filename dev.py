@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Set-up commands for chatledger; needs nothing but Python 3.11+.
+
+    python3 dev.py demo    # local venv (.venv), install chatledger, run `chatledger demo`
+    python3 dev.py test    # build the wheel, install it into .venv-test, run the whole suite
+    python3 dev.py bench   # benchmarks (installs the `bench` extra into .venv-bench)
+
+`test` checks what users get: the wheel is built and installed (not editable)
+into a clean venv, and pytest, `mypy --strict -p chatledger` and the import
+layer contracts run against that install, from outside the source tree (the
+source `chatledger/` folder must not shadow the installed package). Extra
+arguments after `test` go to pytest (e.g. `python3 dev.py test -m slow`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+
+
+def run(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    printable = " ".join(str(a) for a in args)
+    print(f"+ {printable}", flush=True)
+    completed = subprocess.run([str(a) for a in args], cwd=cwd, env=env)
+    if completed.returncode != 0:
+        sys.exit(completed.returncode)
+
+
+def ensure_venv(path: Path, *, fresh: bool = False) -> Path:
+    """A venv at ``path`` with a current pip; returns its bin directory."""
+    if fresh and path.exists():
+        shutil.rmtree(path)
+    bin_dir = path / ("Scripts" if os.name == "nt" else "bin")
+    if not (bin_dir / "python").exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(path)
+        run(bin_dir / "python", "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    return bin_dir
+
+
+def build_wheel(bin_dir: Path, out: Path) -> Path:
+    run(bin_dir / "python", "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", out, ROOT)
+    wheels = sorted(out.glob("chatledger-*.whl"))
+    if len(wheels) != 1:
+        sys.exit(f"expected one chatledger wheel in {out}, found {wheels}")
+    return wheels[0]
+
+
+def demo(args: list[str]) -> None:
+    bin_dir = ensure_venv(ROOT / ".venv")
+    run(bin_dir / "python", "-m", "pip", "install", "--quiet", ROOT)
+    run(bin_dir / "chatledger", "demo", *args)
+
+
+def test(args: list[str]) -> None:
+    bin_dir = ensure_venv(ROOT / ".venv-test", fresh=True)
+    python = bin_dir / "python"
+    with tempfile.TemporaryDirectory(prefix="chatledger-test-") as scratch:
+        scratch_dir = Path(scratch)
+        wheel = build_wheel(bin_dir, scratch_dir / "dist")
+        run(python, "-m", "pip", "install", "--quiet", f"{wheel}[dev]")
+        env = dict(os.environ, CHATLEDGER_WHEEL=str(wheel), CHATLEDGER_SOURCE=str(ROOT))
+        env.pop("PYTHONPATH", None)
+        work = scratch_dir / "work"
+        work.mkdir()
+        config = ROOT / "pyproject.toml"
+        run(bin_dir / "ruff", "check", ROOT, cwd=ROOT)
+        run(bin_dir / "ruff", "format", "--check", ROOT, cwd=ROOT)
+        run(bin_dir / "lint-imports", "--config", config, cwd=work, env=env)
+        run(bin_dir / "mypy", "--config-file", config, "-p", "chatledger", cwd=work, env=env)
+        pytest_args = args or ["-m", "not slow"]
+        run(
+            python, "-m", "pytest", "-c", config, "--rootdir", ROOT,
+            "--import-mode=importlib", "-p", "no:cacheprovider",
+            ROOT / "tests", *pytest_args,
+            cwd=work, env=env,
+        )  # fmt: skip
+
+
+def bench(args: list[str]) -> None:
+    bin_dir = ensure_venv(ROOT / ".venv-bench")
+    run(bin_dir / "python", "-m", "pip", "install", "--quiet", f"{ROOT}[bench]")
+    for script in sorted((ROOT / "benchmarks").glob("bench_*.py")):
+        run(bin_dir / "python", script, *args, cwd=ROOT)
+
+
+COMMANDS = {"demo": demo, "test": test, "bench": bench}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        sys.exit(__doc__)
+    COMMANDS[sys.argv[1]](sys.argv[2:])

@@ -1,0 +1,91 @@
+"""Reading a session as it was: by version, by time, across snapshots."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from chatledger import InvalidInput, SessionLedger, UnknownSession
+from chatledger.projections import project
+from support import ALICE, FixedClock
+
+
+def test_view_at_version_equals_fold_of_the_prefix(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """session(at_version=N) matches folding the first N events, for every N (with snapshots)."""
+    ledger = make_ledger(snapshot_interval=3)
+    for i in range(6):
+        ledger.add_message(ALICE, "s1", "user", f"m{i}")
+        if i % 2:
+            ledger.commit(ALICE, "s1")
+    ledger.merge_archives(ALICE, "s1", threshold=1)
+    events = [e.event for e in ledger.history(ALICE, "s1")]
+    for n in range(1, len(events) + 1):
+        view = ledger.session(ALICE, "s1", at_version=n)
+        folded = project(events[:n])
+        assert view.version == n
+        assert view.buffer == folded.buffer.messages
+        assert view.archives == folded.archives.live
+        assert (view.message_count, view.commit_count) == (
+            folded.meta.message_count,
+            folded.meta.commit_count,
+        )
+
+
+def test_view_at_time_picks_the_last_event_at_or_before(
+    ledger: SessionLedger, clock: FixedClock
+) -> None:
+    """at_time=T gives the state after the last event recorded at or before T."""
+    ledger.add_message(ALICE, "s1", "user", "first")
+    moment = clock.now
+    clock.now += timedelta(minutes=5)
+    ledger.add_message(ALICE, "s1", "user", "second")
+    assert [m.content for m in ledger.session(ALICE, "s1", at_time=moment).buffer] == ["first"]
+    with pytest.raises(UnknownSession):
+        ledger.session(ALICE, "s1", at_time=moment - timedelta(days=1))
+
+
+def test_context_at_version_is_the_prompt_as_it_was(ledger: SessionLedger) -> None:
+    """context(at_version=N) returns the archive summary and messages live at version N."""
+    ledger.add_message(ALICE, "s1", "user", "Question about Kafka.")
+    ledger.commit(ALICE, "s1")
+    ledger.add_message(ALICE, "s1", "user", "follow-up")
+    then = ledger.context(ALICE, "s1", 10_000, at_version=2)
+    assert then.archive_id is None and [m.content for m in then.messages] == [
+        "Question about Kafka."
+    ]
+    now = ledger.context(ALICE, "s1", 10_000)
+    assert now.archive_id is not None and "Kafka" in now.overview
+    assert [m.content for m in now.messages] == ["follow-up"]
+
+
+def test_context_keeps_the_newest_messages_that_fit(ledger: SessionLedger) -> None:
+    """With a small budget the oldest live messages are dropped first."""
+    for i in range(4):
+        ledger.add_message(ALICE, "s1", "user", str(i) * 40)  # 10 tokens each
+    context = ledger.context(ALICE, "s1", 25)
+    assert [m.content[0] for m in context.messages] == ["2", "3"]
+    assert (context.tokens, context.dropped_messages) == (20, 2)
+
+
+def test_versions_beyond_the_head_are_rejected(ledger: SessionLedger) -> None:
+    """at_version past the current version, zero, or both selectors raise InvalidInput."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    for bad in (3, 0, -1):
+        with pytest.raises(InvalidInput):
+            ledger.session(ALICE, "s1", at_version=bad)
+    with pytest.raises(InvalidInput):
+        ledger.session(ALICE, "s1", at_version=1, at_time=ledger.history(ALICE, "s1")[0].timestamp)
+
+
+def test_snapshots_bound_the_replay(make_ledger: Callable[..., SessionLedger]) -> None:
+    """Snapshots are written every snapshot_interval events and a reload equals the live state."""
+    ledger = make_ledger(snapshot_interval=5)
+    for i in range(23):
+        ledger.add_message(ALICE, "s1", "user", f"m{i}")
+    stored = list(ledger._app.snapshots.get(ledger.session(ALICE, "s1").session_id))  # type: ignore[union-attr]
+    assert [s.originator_version for s in stored] == [5, 10, 15, 20]
+    assert make_ledger().session(ALICE, "s1") == ledger.session(ALICE, "s1")
