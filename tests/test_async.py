@@ -1,0 +1,56 @@
+"""The asyncio façade: the same behaviour, with blocking I/O off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+from chatledger import AsyncSessionLedger, SessionLedger
+from support import ALICE
+
+
+def test_async_ledger_mirrors_the_sync_api(make_ledger: Callable[..., SessionLedger]) -> None:
+    """add_message, commit, session, context and history work through AsyncSessionLedger."""
+
+    async def scenario() -> None:
+        ledger = AsyncSessionLedger(make_ledger())
+        await ledger.add_message(ALICE, "s1", "user", "hello")
+        await ledger.add_messages(ALICE, "s1", [{"role": "assistant", "content": "hi"}])
+        assert (await ledger.commit(ALICE, "s1")).archived
+        await ledger.add_message(ALICE, "s1", "user", "again")
+        view = await ledger.session(ALICE, "s1")
+        assert [m.content for m in view.buffer] == ["again"]
+        context = await ledger.context(ALICE, "s1", 1000)
+        assert context.archive_id == view.archives[0].archive_id
+        assert len(await ledger.history(ALICE, "s1")) == 5
+        await ledger.close()
+
+    asyncio.run(scenario())
+
+
+def test_async_calls_do_not_block_the_event_loop(make_ledger: Callable[..., SessionLedger]) -> None:
+    """While a write is blocked in the store, other coroutines keep running."""
+    sync_ledger = make_ledger()
+    release = threading.Event()
+    original = sync_ledger._app.record
+
+    def slow_record(session):  # type: ignore[no-untyped-def]
+        assert release.wait(10)
+        return original(session)
+
+    sync_ledger._app.record = slow_record  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        ledger = AsyncSessionLedger(sync_ledger)
+        write = asyncio.create_task(ledger.add_message(ALICE, "s1", "user", "slow"))
+        ticks = 0
+        while ticks < 5:
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not write.done()
+        release.set()
+        added = await write
+        assert added.version == 2
+
+    asyncio.run(scenario())
