@@ -148,9 +148,12 @@ class _SqlRecorder:
         for row in rows:
             if returning is None:
                 cursor.execute(sql, self._params(row))
-                continue
-            cursor.execute(returning, self._params(row))
-            ids.append(int(cursor.fetchone()[0]))
+            elif self.dialect == "sqlite":
+                cursor.execute(sql, self._params(row))
+                ids.append(int(cursor.lastrowid))  # the rowid is the notification id
+            else:
+                cursor.execute(returning, self._params(row))
+                ids.append(int(cursor.fetchone()[0]))
         return ids
 
     def _insert_sqlite(

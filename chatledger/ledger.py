@@ -216,7 +216,7 @@ class SessionLedger:
             "tool_call": tool_call,
             "message_id": message_id,
         }
-        return self.add_messages(principal, key, [spec], account_id=account_id, context=context)[0]
+        return self._add_messages(principal, key, [spec], account_id, context)[0]
 
     @_public
     def add_messages(
@@ -229,6 +229,16 @@ class SessionLedger:
         context: ClientContext | None = None,
     ) -> list[AddedMessage]:
         """Record several messages in one transaction: all of them, or none."""
+        return self._add_messages(principal, key, messages, account_id, context)
+
+    def _add_messages(
+        self,
+        principal: Principal,
+        key: str,
+        messages: Sequence[Mapping[str, Any] | Message],
+        account_id: str | None,
+        context: ClientContext | None,
+    ) -> list[AddedMessage]:
         tenant, key, sid = self._target(principal, key, account_id)
         if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
             raise InvalidInput("messages must be a list of message dicts or Message objects.")
