@@ -1,9 +1,11 @@
 """Engines for the supported databases: SQLite (default) and PostgreSQL.
 
 One place decides connection settings: SQLite files run in WAL mode with the
-configured ``synchronous`` level and a busy timeout, in autocommit mode so that
-chatledger issues ``BEGIN IMMEDIATE`` itself (the pysqlite driver's implicit
-transactions would otherwise defer the write lock and invite deadlocks);
+configured ``synchronous`` level and a busy timeout, with the driver in
+autocommit mode so that transactions begin explicitly: SQLAlchemy's emit a
+plain ``BEGIN`` (reads must not take the write lock) and the event append
+issues ``BEGIN IMMEDIATE`` itself, taking the write lock up front so two
+appenders never deadlock upgrading a read lock;
 PostgreSQL URLs use the psycopg 3 driver. Driver errors are translated into
 ``chatledger.errors`` at this boundary.
 """

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chatledger.domain.values import ClientContext, Message, Principal, ToolCall
+from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal, ToolCall
 from chatledger.ledger import SessionLedger
 from chatledger.results import (
     AddedMessage,
@@ -73,6 +73,36 @@ class AsyncSessionLedger:
             messages,
             account_id=account_id,
             context=context,
+        )
+
+    async def get_or_create(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        context: ClientContext | None = None,
+        account_id: str | None = None,
+    ) -> tuple[SessionView, bool]:
+        return await asyncio.to_thread(
+            self.ledger.get_or_create, principal, key, context=context, account_id=account_id
+        )
+
+    async def evict(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        reason: EvictionReason = "admin",
+        idle_seconds: float | None = None,
+        account_id: str | None = None,
+    ) -> SessionView:
+        return await asyncio.to_thread(
+            self.ledger.evict,
+            principal,
+            key,
+            reason=reason,
+            idle_seconds=idle_seconds,
+            account_id=account_id,
         )
 
     async def session(

@@ -50,6 +50,7 @@ from chatledger.domain.values import (
     ROLES,
     ArchiveSummary,
     ClientContext,
+    EvictionReason,
     Message,
     Principal,
     ToolCall,
@@ -362,6 +363,70 @@ class SessionLedger:
         return MergeResult(
             merged=True, archive_id=archive.archive_id, source_archive_ids=source_ids
         )
+
+    @_public
+    def get_or_create(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        context: ClientContext | None = None,
+        account_id: str | None = None,
+    ) -> tuple[SessionView, bool]:
+        """The session under ``key``, starting it (with ``context``) if it does not exist.
+
+        Returns the view and whether this call created it. Concurrent callers,
+        in this process or others, end up with one session: the loser of a
+        creation race sees a version conflict and returns the winner's session.
+        """
+        tenant, key, sid = self._target(principal, key, account_id)
+        with self._session_lock(sid):
+            existing = self._load(sid)
+            if existing is not None:
+                return self._view(existing), False
+        now = self._now()
+        created = False
+
+        def apply(session: Session) -> None:
+            nonlocal created
+            created = session.version == 1 and bool(session.pending_events)
+
+        def create() -> Session:
+            return Session.start(
+                tenant=tenant, key=key, actor=principal, timestamp=now, context=context
+            )
+
+        _, _, session = self._write(sid, apply, create=create)
+        return self._view(session), created
+
+    @_public
+    def evict(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        reason: EvictionReason = "admin",
+        idle_seconds: float | None = None,
+        account_id: str | None = None,
+    ) -> SessionView:
+        """Record that the session left the working set; its history stays."""
+        if reason not in ("idle", "lru", "admin"):
+            raise InvalidInput("reason must be 'idle', 'lru' or 'admin'.")
+        if idle_seconds is not None and (
+            isinstance(idle_seconds, bool)
+            or not isinstance(idle_seconds, int | float)
+            or idle_seconds < 0
+        ):
+            raise InvalidInput("idle_seconds must be a non-negative number or None.")
+        _, key, sid = self._target(principal, key, account_id)
+        now = self._now()
+
+        def apply(session: Session) -> None:
+            session.evict(reason, idle_seconds=idle_seconds, actor=principal, timestamp=now)
+
+        _, _, session = self._write(sid, apply)
+        self._forget(sid)  # eviction is about memory: drop the cached copy too
+        return self._view(session)
 
     # ---------------------------------------------------------------- reads
     @_public

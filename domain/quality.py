@@ -23,6 +23,8 @@ _STOPWORDS = frozenset(
         *("Yes", "No", "Ok", "Okay", "Please", "Thanks", "Thank", "Hello", "Hi"),
         *("Hey", "Sure", "Let", "Can", "Could", "Would", "Should", "Is", "Are"),
         *("Was", "Were", "Do", "Does", "Did", "Not", "Also", "Now", "Here", "There"),
+        *("Of", "In", "On", "At", "For", "To", "With", "As", "By", "From", "Just"),
+        *("Great", "Good", "Sorry", "Right", "Got", "Noted", "Done", "Perfect", "Fine"),
     }
 )
 

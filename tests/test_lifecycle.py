@@ -1,0 +1,80 @@
+"""Starting sessions explicitly, concurrent get-or-create, and eviction."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from chatledger import ClientContext, InvalidInput, SessionLedger, UnknownSession
+from support import ADMIN, ALICE, BOB
+
+
+def test_get_or_create_starts_once_and_then_returns_the_session(ledger: SessionLedger) -> None:
+    """The first call creates the session with its context; later calls return it unchanged."""
+    context = ClientContext(cwd="/srv", meta={"model": "m"})
+    view, created = ledger.get_or_create(ALICE, "s1", context=context)
+    assert created and view.version == 1 and view.context == context
+    again, created_again = ledger.get_or_create(ALICE, "s1", context=ClientContext(cwd="/other"))
+    assert not created_again and again.context == context
+    assert [e.type for e in ledger.history(ALICE, "s1")] == ["Started"]
+
+
+def test_concurrent_get_or_create_yields_one_session(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """Eight threads on eight ledgers creating one key at once record exactly one Started."""
+    ledgers = [make_ledger() for _ in range(8)]
+    barrier = threading.Barrier(len(ledgers))
+    outcomes: list[bool] = []
+
+    def worker(ledger: SessionLedger) -> None:
+        barrier.wait(10)
+        outcomes.append(ledger.get_or_create(ALICE, "race")[1])
+
+    threads = [threading.Thread(target=worker, args=(ledger,)) for ledger in ledgers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes) == [False] * 7 + [True]
+    assert [e.type for e in ledgers[0].history(ALICE, "race")] == ["Started"]
+
+
+def test_evict_records_the_reason_and_keeps_history(ledger: SessionLedger) -> None:
+    """Evicted is recorded with reason and idle seconds; buffer and archives stay readable."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    view = ledger.evict(ALICE, "s1", reason="idle", idle_seconds=900.0)
+    assert view.evicted and [m.content for m in view.buffer] == ["hi"]
+    last = ledger.history(ALICE, "s1")[-1]
+    assert last.type == "Evicted"
+    assert (last.event.reason, last.event.idle_seconds) == ("idle", 900.0)  # type: ignore[attr-defined]
+
+
+def test_a_message_after_eviction_makes_the_session_live_again(ledger: SessionLedger) -> None:
+    """Adding a message to an evicted session clears the evicted flag."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    ledger.evict(ALICE, "s1")
+    ledger.add_message(ALICE, "s1", "user", "back")
+    assert not ledger.session(ALICE, "s1").evicted
+
+
+def test_evict_is_tenant_scoped(ledger: SessionLedger) -> None:
+    """Members cannot evict another tenant's session; admins can, recorded as the admin."""
+    ledger.add_message(BOB, "s1", "user", "hi")
+    with pytest.raises(UnknownSession):
+        ledger.evict(ALICE, "s1")
+    ledger.evict(ADMIN, "s1", account_id=BOB.account_id, reason="admin")
+    assert ledger.history(BOB, "s1")[-1].actor == ADMIN
+
+
+@pytest.mark.parametrize(("reason", "idle"), [("bored", None), ("idle", -1.0), ("idle", "x")])
+def test_bad_eviction_arguments_record_nothing(
+    ledger: SessionLedger, reason: str, idle: object
+) -> None:
+    """An unknown reason or a negative/non-numeric idle time raises InvalidInput."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    with pytest.raises(InvalidInput):
+        ledger.evict(ALICE, "s1", reason=reason, idle_seconds=idle)  # type: ignore[arg-type]
+    assert len(ledger.history(ALICE, "s1")) == 2
