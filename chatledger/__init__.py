@@ -8,6 +8,7 @@ from chatledger.adapters.summarizer import ExtractiveSummarizer
 from chatledger.async_ledger import AsyncSessionLedger
 from chatledger.domain.events import (
     ArchiveMerged,
+    Closed,
     CommitFailed,
     Committed,
     Evicted,
@@ -57,6 +58,7 @@ __all__ = [
     "AsyncSessionLedger",
     "ChatLedgerError",
     "ClientContext",
+    "Closed",
     "CommitFailed",
     "CommitResult",
     "CommitTask",

@@ -87,6 +87,13 @@ class AsyncSessionLedger:
             self.ledger.get_or_create, principal, key, context=context, account_id=account_id
         )
 
+    async def close_session(
+        self, principal: Principal, key: str, *, account_id: str | None = None
+    ) -> SessionView:
+        return await asyncio.to_thread(
+            self.ledger.close_session, principal, key, account_id=account_id
+        )
+
     async def evict(
         self,
         principal: Principal,

@@ -400,6 +400,21 @@ class SessionLedger:
         return self._view(session), created
 
     @_public
+    def close_session(
+        self, principal: Principal, key: str, *, account_id: str | None = None
+    ) -> SessionView:
+        """Record that the client closed the session (it leaves the working set)."""
+        _, key, sid = self._target(principal, key, account_id)
+        now = self._now()
+
+        def apply(session: Session) -> None:
+            session.close(actor=principal, timestamp=now)
+
+        _, _, session = self._write(sid, apply)
+        self._forget(sid)
+        return self._view(session)
+
+    @_public
     def evict(
         self,
         principal: Principal,

@@ -15,6 +15,7 @@ from chatledger.domain.errors import (
 from chatledger.domain.events import (
     EVENT_TYPES,
     ArchiveMerged,
+    Closed,
     CommitFailed,
     Committed,
     Evicted,
@@ -44,6 +45,7 @@ __all__ = [
     "ChatLedgerError",
     "ClientContext",
     "Clock",
+    "Closed",
     "CommitFailed",
     "Committed",
     "ConcurrencyConflict",

@@ -112,6 +112,19 @@ class Evicted(SessionEvent):
         session.updated_at = self.timestamp
 
 
+class Closed(SessionEvent):
+    """The client closed the session: it leaves the working set like an eviction.
+
+    Recorded after any live work on the session has unwound, so no write of
+    the closed session can land after it; a later message reopens it.
+    """
+
+    def apply(self, aggregate: Any) -> None:
+        session: Session = aggregate
+        session.evicted = True
+        session.updated_at = self.timestamp
+
+
 EVENT_TYPES: tuple[type[SessionEvent], ...] = (
     Started,
     MessageAdded,
@@ -119,9 +132,10 @@ EVENT_TYPES: tuple[type[SessionEvent], ...] = (
     CommitFailed,
     ArchiveMerged,
     Evicted,
+    Closed,
 )
 EventName = Literal[
-    "Started", "MessageAdded", "Committed", "CommitFailed", "ArchiveMerged", "Evicted"
+    "Started", "MessageAdded", "Committed", "CommitFailed", "ArchiveMerged", "Evicted", "Closed"
 ]
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import (
     ArchiveMerged,
+    Closed,
     CommitFailed,
     Committed,
     Evicted,
@@ -158,6 +159,9 @@ class Session(BaseAggregate[UUID]):
             actor=actor,
             timestamp=timestamp,
         )
+
+    def close(self, *, actor: Principal, timestamp: datetime) -> None:
+        self.trigger_event(Closed, actor=actor, timestamp=timestamp)
 
     def evict(
         self,

@@ -7,7 +7,14 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
-from chatledger.domain.events import ArchiveMerged, Committed, Evicted, MessageAdded, Started
+from chatledger.domain.events import (
+    ArchiveMerged,
+    Closed,
+    Committed,
+    Evicted,
+    MessageAdded,
+    Started,
+)
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.values import ClientContext
 
@@ -59,6 +66,6 @@ def fold_session_meta(state: SessionMeta, event: SessionEvent) -> SessionMeta:
             archive_count=state.archive_count - len(set(event.source_archive_ids)) + 1,
             updated_at=event.timestamp,
         )
-    elif isinstance(event, Evicted):
+    elif isinstance(event, Evicted | Closed):
         changes.update(evicted=True, updated_at=event.timestamp)
     return state.model_copy(update=changes)

@@ -78,3 +78,12 @@ def test_bad_eviction_arguments_record_nothing(
     with pytest.raises(InvalidInput):
         ledger.evict(ALICE, "s1", reason=reason, idle_seconds=idle)  # type: ignore[arg-type]
     assert len(ledger.history(ALICE, "s1")) == 2
+
+
+def test_close_session_records_closed_and_a_message_reopens_it(ledger: SessionLedger) -> None:
+    """close_session records Closed (out of the working set); a new message makes it live."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    assert ledger.close_session(ALICE, "s1").evicted
+    assert ledger.history(ALICE, "s1")[-1].type == "Closed"
+    ledger.add_message(ALICE, "s1", "user", "again")
+    assert not ledger.session(ALICE, "s1").evicted
