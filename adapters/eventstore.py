@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -49,27 +49,32 @@ from sqlalchemy import (
     Uuid,
     select,
     text,
+    type_coerce,
 )
 
+from chatledger.adapters.chain import GENESIS, ChainRow, chain_hash
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
 from chatledger.domain.session import Session
 
 metadata = MetaData()
 _R = TypeVar("_R", bound="_SqlRecorder")
+_T = TypeVar("_T")
 
 _id_type = BigInteger().with_variant(Integer(), "sqlite")
 
 events_table = Table(
     "chatledger_events",
     metadata,
-    Column("id", _id_type, primary_key=True, autoincrement=True),
+    # Positions are assigned by the append itself (max + 1 under the write
+    # lock), so the hash chain can cover them and commit order == id order.
+    Column("id", _id_type, primary_key=True, autoincrement=False),
     Column("originator_id", Uuid(as_uuid=True), nullable=False),
     Column("originator_version", BigInteger, nullable=False),
     Column("topic", Text, nullable=False),
     Column("state", LargeBinary, nullable=False),
     Column("timestamp_us", BigInteger, nullable=False),
+    Column("hash", LargeBinary, nullable=False),
     Index("chatledger_events_stream", "originator_id", "originator_version", unique=True),
-    sqlite_autoincrement=True,  # never reuse a notification id, even after a delete
 )
 
 snapshots_table = Table(
@@ -118,81 +123,47 @@ class _SqlRecorder:
             return OperationalError(str(error))
         return DatabaseError(str(error))
 
-    def _insert_rows(self, rows: Sequence[StoredEvent], *, lock_sql: str | None) -> list[int]:
-        """Insert ``rows`` in one transaction and return their ids, in order."""
-        table = self.table.name
-        mark = self._mark
-        sql = (
-            f"INSERT INTO {table} (originator_id, originator_version, topic, state, "
-            f"timestamp_us) VALUES ({mark}, {mark}, {mark}, {mark}, {mark})"
-        )
-        returning = sql + " RETURNING id" if "id" in self.table.c else None
-        if self._write_lock is not None:
-            with self._write_lock:
-                return self._insert_sqlite(sql, returning, rows)
-        return self._insert_postgres(sql, returning, rows, lock_sql)
+    def _in_write_transaction(self, work: Callable[[Any], _T], *, lock_sql: str | None) -> _T:
+        """Run ``work(cursor)`` in one write transaction and commit it.
 
-    def _params(self, row: StoredEvent) -> tuple[Any, ...]:
-        return (
-            self._id_param(row.originator_id),
-            row.originator_version,
-            row.topic,
-            row.state,
-            getattr(row, "timestamp_us", 0),
-        )
-
-    def _execute_rows(
-        self, cursor: Any, sql: str, returning: str | None, rows: Sequence[StoredEvent]
-    ) -> list[int]:
-        ids: list[int] = []
-        for row in rows:
-            if returning is None:
-                cursor.execute(sql, self._params(row))
-            elif self.dialect == "sqlite":
-                cursor.execute(sql, self._params(row))
-                ids.append(int(cursor.lastrowid))  # the rowid is the notification id
-            else:
-                cursor.execute(returning, self._params(row))
-                ids.append(int(cursor.fetchone()[0]))
-        return ids
-
-    def _insert_sqlite(
-        self, sql: str, returning: str | None, rows: Sequence[StoredEvent]
-    ) -> list[int]:
-        # One long-lived writer connection per process (writes are serialised
-        # by the lock above anyway) saves a pool checkout on every append.
-        if self._writer is None:
-            self._writer = self.engine.raw_connection()
-        connection = self._writer
-        cursor = connection.cursor()
-        try:
-            cursor.execute("BEGIN IMMEDIATE")
+        SQLite: one long-lived writer connection per process (writes are
+        serialised anyway) and ``BEGIN IMMEDIATE``, so the write lock is held
+        from the start. PostgreSQL: a pooled connection, and ``lock_sql``
+        first if given. Driver errors come out as the library's exceptions.
+        """
+        if self._write_lock is None:
+            return self._in_postgres_transaction(work, lock_sql)
+        with self._write_lock:
+            if self._writer is None:
+                self._writer = self.engine.raw_connection()
+            connection = self._writer
+            cursor = connection.cursor()
             try:
-                ids = self._execute_rows(cursor, sql, returning, rows)
-                cursor.execute("COMMIT")
-            except BaseException:
-                if connection.dbapi_connection.in_transaction:
-                    cursor.execute("ROLLBACK")
-                raise
-        except self.dbapi.Error as error:
-            if not isinstance(error, self.dbapi.IntegrityError):
-                self._writer = None  # start afresh with a new connection next time
-                connection.invalidate()
-            raise self._translate(error) from error
-        finally:
-            cursor.close()
-        return ids
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work(cursor)
+                    cursor.execute("COMMIT")
+                except BaseException:
+                    if connection.dbapi_connection.in_transaction:
+                        cursor.execute("ROLLBACK")
+                    raise
+            except self.dbapi.Error as error:
+                if not isinstance(error, self.dbapi.IntegrityError):
+                    self._writer = None  # start afresh with a new connection next time
+                    connection.invalidate()
+                raise self._translate(error) from error
+            finally:
+                cursor.close()
+            return result
 
-    def _insert_postgres(
-        self, sql: str, returning: str | None, rows: Sequence[StoredEvent], lock_sql: str | None
-    ) -> list[int]:
+    def _in_postgres_transaction(self, work: Callable[[Any], _T], lock_sql: str | None) -> _T:
         connection = self.engine.raw_connection()
         try:
             cursor = connection.cursor()
             try:
                 if lock_sql:
                     cursor.execute(lock_sql)
-                ids = self._execute_rows(cursor, sql, returning, rows)
+                result = work(cursor)
                 connection.commit()
             except BaseException:
                 connection.rollback()
@@ -203,7 +174,7 @@ class _SqlRecorder:
             raise self._translate(error) from error
         finally:
             connection.close()
-        return ids
+        return result
 
     def close(self) -> None:
         if self._writer is not None:
@@ -254,13 +225,69 @@ class _SqlRecorder:
         return OperationalError(str(error))
 
 
+def _as_bytes(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value) if value is not None else b""
+
+
+def _as_int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _as_uuid(value: Any) -> UUID:
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        return UUID(int=0)
+
+
+def _chain_row(
+    position: Any, oid: Any, version: Any, topic: Any, state: Any, timestamp_us: Any, digest: Any
+) -> ChainRow:
+    """A stored row as the chain sees it; values of the wrong type become impossible ones."""
+    return ChainRow(
+        position=_as_int(position),
+        originator_id=_as_uuid(oid),
+        version=_as_int(version),
+        topic=str(topic),
+        state=_as_bytes(state),
+        timestamp_us=_as_int(timestamp_us),
+        hash=_as_bytes(digest),
+    )
+
+
 class SqlSnapshotRecorder(_SqlRecorder, AggregateRecorder):
     """Stores snapshots; a snapshot at a version already stored is ignored."""
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+        mark = self._mark
+        sql = (
+            f"INSERT INTO {self.table.name} (originator_id, originator_version, topic, state, "
+            f"timestamp_us) VALUES ({mark}, {mark}, {mark}, {mark}, {mark})"
+        )
+
+        def insert(cursor: Any) -> None:
+            for row in stored_events:
+                cursor.execute(
+                    sql,
+                    (
+                        self._id_param(row.originator_id),
+                        row.originator_version,
+                        row.topic,
+                        row.state,
+                        getattr(row, "timestamp_us", 0),
+                    ),
+                )
+
         # Another process may have stored the same snapshot: equal by construction.
         with contextlib.suppress(IntegrityError):
-            self._insert_rows(stored_events, lock_sql=None)
+            self._in_write_transaction(insert, lock_sql=None)
 
     def select_events(
         self,
@@ -277,12 +304,132 @@ class SqlSnapshotRecorder(_SqlRecorder, AggregateRecorder):
 class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
     """The application sequence: per-session streams plus one global order."""
 
+    def __init__(self, engine: Engine, table: Table, *, chain_key: bytes | None = None) -> None:
+        super().__init__(engine, table)
+        self.chain_key = chain_key
+        mark = self._mark
+        name = table.name
+        self._sql_insert = (
+            f"INSERT INTO {name} (id, originator_id, originator_version, topic, state, "
+            f"timestamp_us, hash) VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {mark}, {mark})"
+        )
+        self._sql_max_id = f"SELECT COALESCE(MAX(id), 0) FROM {name}"
+        self._sql_hash_of = (
+            f"SELECT hash FROM {name} WHERE originator_id = {mark} AND originator_version = {mark}"
+        )
+        self._lock_sql = f"LOCK TABLE {name} IN EXCLUSIVE MODE"
+
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        """Append events, each hashed onto its session's chain; return their positions."""
         if not stored_events:
             return []
-        return self._insert_rows(
-            stored_events, lock_sql=f"LOCK TABLE {self.table.name} IN EXCLUSIVE MODE"
+        return self._in_write_transaction(
+            lambda cursor: self._append(cursor, stored_events), lock_sql=self._lock_sql
         )
+
+    def _append(self, cursor: Any, rows: Sequence[StoredEvent]) -> list[int]:
+        # Inside the write transaction: the position and the predecessor's hash
+        # cannot change under us; a concurrent writer of the same session
+        # conflicts on (originator_id, version) and retries after a reload.
+        cursor.execute(self._sql_max_id)
+        position = int(cursor.fetchone()[0])
+        heads: dict[UUID, tuple[int, bytes]] = {}
+        positions: list[int] = []
+        for row in rows:
+            oid = (
+                row.originator_id
+                if isinstance(row.originator_id, UUID)
+                else UUID(str(row.originator_id))
+            )
+            version = row.originator_version
+            head = heads.get(oid)
+            if head is None or head[0] != version - 1:
+                head = (version - 1, self._hash_of(cursor, oid, version - 1))
+            position += 1
+            timestamp_us = getattr(row, "timestamp_us", 0)
+            digest = chain_hash(
+                head[1],
+                position=position,
+                originator_id=oid,
+                version=version,
+                topic=row.topic,
+                timestamp_us=timestamp_us,
+                state=row.state,
+                key=self.chain_key,
+            )
+            cursor.execute(
+                self._sql_insert,
+                (
+                    position,
+                    self._id_param(oid),
+                    version,
+                    row.topic,
+                    row.state,
+                    timestamp_us,
+                    digest,
+                ),
+            )
+            heads[oid] = (version, digest)
+            positions.append(position)
+        return positions
+
+    def _hash_of(self, cursor: Any, originator_id: UUID, version: int) -> bytes:
+        if version == 0:
+            return GENESIS
+        cursor.execute(self._sql_hash_of, (self._id_param(originator_id), version))
+        found = cursor.fetchone()
+        if found is None:
+            # The predecessor is not there: our copy of the session is stale
+            # (or the stream was cut). Signal a conflict so the caller reloads.
+            raise IntegrityError(f"no event {version} of {originator_id} to chain onto")
+        return bytes(found[0])
+
+    def insert_exported(self, rows: Sequence[ChainRow]) -> None:
+        """Insert rows with their original positions and hashes, into an empty store."""
+
+        def insert(cursor: Any) -> None:
+            cursor.execute(self._sql_max_id)
+            if int(cursor.fetchone()[0]) != 0:
+                raise IntegrityError("the event store is not empty")
+            for row in rows:
+                cursor.execute(
+                    self._sql_insert,
+                    (
+                        row.position,
+                        self._id_param(row.originator_id),
+                        row.version,
+                        row.topic,
+                        row.state,
+                        row.timestamp_us,
+                        row.hash,
+                    ),
+                )
+
+        self._in_write_transaction(insert, lock_sql=self._lock_sql)
+
+    def chain_rows(self, originator_id: UUID | None = None) -> Iterator[ChainRow]:
+        """Stored rows ordered by (session, version), streamed, for verification and export."""
+        t = self.table
+        # The id column is read uncoerced: a row edited by hand may hold
+        # anything, and must come out as a (broken) row, not a crash.
+        raw_id = (
+            type_coerce(t.c.originator_id, Text())
+            if self.dialect == "sqlite"
+            else t.c.originator_id
+        )
+        query = select(
+            t.c.id, raw_id, t.c.originator_version, t.c.topic, t.c.state,
+            t.c.timestamp_us, t.c.hash,
+        ).order_by(t.c.originator_id, t.c.originator_version)  # fmt: skip
+        if originator_id is not None:
+            query = query.where(t.c.originator_id == originator_id)
+        try:
+            with self.engine.connect() as connection:
+                result = connection.execution_options(yield_per=2000).execute(query)
+                for values in result:
+                    yield _chain_row(*values)
+        except Exception as error:
+            raise self._translate_any(error) from error
 
     def select_events(
         self,
@@ -367,18 +514,19 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
 class SqlInfrastructureFactory(InfrastructureFactory[TrackingRecorder]):
     """Builds chatledger's recorders on one engine (chosen by the composition root)."""
 
-    def __init__(self, env: Environment, *, engine: Engine) -> None:
+    def __init__(self, env: Environment, *, engine: Engine, chain_key: bytes | None) -> None:
         super().__init__(env)
         self.engine = engine
+        self.chain_key = chain_key
         self._recorders: list[_SqlRecorder] = []
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
         if purpose == "snapshots":
             return self._keep(SqlSnapshotRecorder(self.engine, snapshots_table))
-        return self._keep(SqlEventRecorder(self.engine, events_table))
+        return self._keep(SqlEventRecorder(self.engine, events_table, chain_key=self.chain_key))
 
     def application_recorder(self) -> ApplicationRecorder:
-        return self._keep(SqlEventRecorder(self.engine, events_table))
+        return self._keep(SqlEventRecorder(self.engine, events_table, chain_key=self.chain_key))
 
     def _keep(self, recorder: _R) -> _R:
         self._recorders.append(recorder)
@@ -410,13 +558,16 @@ class EventStoreApplication(Application[UUID]):
 
     name = "chatledger"
 
-    def __init__(self, engine: Engine, *, snapshot_interval: int) -> None:
+    def __init__(
+        self, engine: Engine, *, snapshot_interval: int, chain_key: bytes | None = None
+    ) -> None:
         self._engine = engine
+        self._chain_key = chain_key
         self.snapshot_interval = snapshot_interval
         super().__init__(env={"AGGREGATE_CACHE_MAXSIZE": "", "IS_SNAPSHOTTING_ENABLED": "y"})
 
     def construct_factory(self, env: Environment) -> InfrastructureFactory[TrackingRecorder]:
-        return SqlInfrastructureFactory(env, engine=self._engine)
+        return SqlInfrastructureFactory(env, engine=self._engine, chain_key=self._chain_key)
 
     def construct_mapper(self) -> PydanticMapper:
         return PydanticMapper(transcoder=JSONBytesTranscoder())

@@ -16,7 +16,7 @@ import functools
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -27,6 +27,7 @@ from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, PersistenceError
 from pydantic import ValidationError
 
+from chatledger import audit, timetravel
 from chatledger.adapters.database import SQLAlchemyError, create_store_engine
 from chatledger.adapters.eventstore import EventStoreApplication, create_tables
 from chatledger.adapters.mapper import to_micros
@@ -58,12 +59,16 @@ from chatledger.domain.values import (
 )
 from chatledger.results import (
     AddedMessage,
+    ChainHead,
     CommitResult,
     CommitTask,
     ContextView,
+    ImportResult,
     LedgerEvent,
     MergeResult,
+    SessionDiff,
     SessionView,
+    VerifyReport,
 )
 from chatledger.settings import LedgerSettings, load_settings
 
@@ -83,19 +88,25 @@ def _public(method: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
+        with _translated_errors():
             return method(*args, **kwargs)
-        except ChatLedgerError:
-            raise
-        except ValidationError as error:
-            raise InvalidInput(_describe_validation(error)) from None
-        except (PersistenceError, SQLAlchemyError) as error:
-            raise StoreUnavailable(
-                f"The event store failed ({type(error).__name__}: {error}); nothing more was "
-                "recorded. Check the database is reachable and retry."
-            ) from error
 
     return wrapper
+
+
+@contextlib.contextmanager
+def _translated_errors() -> Iterator[None]:
+    try:
+        yield
+    except ChatLedgerError:
+        raise
+    except ValidationError as error:
+        raise InvalidInput(_describe_validation(error)) from None
+    except (PersistenceError, SQLAlchemyError) as error:
+        raise StoreUnavailable(
+            f"The event store failed ({type(error).__name__}: {error}); nothing more was "
+            "recorded. Check the database is reachable and retry."
+        ) from error
 
 
 def _describe_validation(error: ValidationError) -> str:
@@ -159,8 +170,11 @@ class SessionLedger:
         try:
             if self.settings.create_tables:
                 create_tables(engine)
+            chain_key = self.settings.chain_key
             self._app = EventStoreApplication(
-                engine, snapshot_interval=self.settings.snapshot_interval
+                engine,
+                snapshot_interval=self.settings.snapshot_interval,
+                chain_key=chain_key.get_secret_value().encode() if chain_key else None,
             )
         except SQLAlchemyError as error:
             engine.dispose()
@@ -523,6 +537,71 @@ class SessionLedger:
             )
             for e in events
         ]
+
+    @_public
+    def diff(
+        self,
+        principal: Principal,
+        key: str,
+        from_version: int,
+        to_version: int,
+        *,
+        account_id: str | None = None,
+    ) -> SessionDiff:
+        """What changed between two versions: messages, commits, merges, counters."""
+        return timetravel.diff(self, principal, key, from_version, to_version, account_id)
+
+    @_public
+    def fork(
+        self,
+        principal: Principal,
+        key: str,
+        at_version: int,
+        new_key: str,
+        *,
+        account_id: str | None = None,
+    ) -> SessionView:
+        """Start ``new_key`` as a copy of ``key`` at ``at_version``; the origin is untouched."""
+        return timetravel.fork(self, principal, key, at_version, new_key, account_id)
+
+    @_public
+    def verify(
+        self,
+        principal: Principal,
+        key: str | None = None,
+        *,
+        anchors: Iterable[ChainHead] = (),
+    ) -> VerifyReport:
+        """Recompute the hash chains (one session, or every session the principal sees).
+
+        ``anchors`` are heads from an earlier report kept outside the database;
+        each must still be part of its chain, which catches cut-off endings.
+        """
+        if not isinstance(principal, Principal):
+            raise InvalidInput("principal must be a chatledger Principal.")
+        return audit.verify(self, principal, key, anchors)
+
+    def export(self, principal: Principal, key: str | None = None) -> Iterator[str]:
+        """Events as self-describing JSON lines (a header line first), with their hashes."""
+        if not isinstance(principal, Principal):
+            raise InvalidInput("principal must be a chatledger Principal.")
+        if key is not None:
+            self._target(principal, key, None)
+        lines = audit.export(self, principal, key)
+        while True:
+            with _translated_errors():
+                line = next(lines, None)
+            if line is None:
+                return
+            yield line
+
+    @_public
+    def import_(self, lines: Iterable[str]) -> ImportResult:
+        """Import an export into this (empty) ledger; a broken file imports nothing."""
+        result = audit.import_(self, lines)
+        with self._cache_lock:
+            self._cache.clear()
+        return result
 
     @_public
     def task(self, task_id: str) -> CommitTask | None:

@@ -104,3 +104,88 @@ class LedgerEvent(Result):
     timestamp: datetime
     actor: Principal
     event: SessionEvent
+
+
+class Counters(Result):
+    """The counters of a session at one version."""
+
+    version: int
+    message_count: int
+    commit_count: int
+    archive_count: int
+    buffer_size: int
+    pending_tokens: int
+    turn_count: int
+
+
+class MergeRecord(Result):
+    """An archive merge seen in a diff."""
+
+    version: int
+    archive: ArchiveSummary
+    source_archive_ids: tuple[str, ...]
+
+
+class FailedCommit(Result):
+    """A failed commit attempt seen in a diff."""
+
+    version: int
+    attempt_id: str
+    error: str
+    message_count: int
+
+
+class SessionDiff(Result):
+    """What changed in a session between two versions (``from_version`` excluded)."""
+
+    key: str
+    from_version: int
+    to_version: int
+    messages_added: tuple[Message, ...]
+    commits: tuple[ArchiveSummary, ...]
+    merges: tuple[MergeRecord, ...]
+    failed_commits: tuple[FailedCommit, ...]
+    event_types: tuple[str, ...]
+    before: Counters
+    after: Counters
+
+
+class VerifyIssue(Result):
+    """The first broken link of one session's hash chain (or a forged snapshot)."""
+
+    session_id: UUID
+    tenant: str | None
+    key: str | None
+    version: int
+    position: int | None
+    reason: str
+    expected: str
+    found: str
+
+
+class ChainHead(Result):
+    """The newest event of a session's chain: anchor these outside the database."""
+
+    session_id: UUID
+    tenant: str | None
+    key: str | None
+    version: int
+    hash: str
+
+
+class VerifyReport(Result):
+    """Outcome of recomputing hash chains: ``ok`` when nothing is broken."""
+
+    ok: bool
+    sessions_checked: int
+    events_checked: int
+    snapshots_checked: int
+    issues: tuple[VerifyIssue, ...]
+    heads: tuple[ChainHead, ...] = ()
+
+
+class ImportResult(Result):
+    """What ``import_`` recorded."""
+
+    sessions: int
+    events: int

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from chatledger.domain.errors import InvalidSettings
@@ -59,6 +59,13 @@ class LedgerSettings(BaseSettings):
     )
     commit_workers: int = Field(
         default=2, ge=1, description="Threads running commits started with wait=False."
+    )
+    chain_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "Secret for the events' hash chain (HMAC-SHA256); without it the chain is "
+            "plain SHA-256. Must stay the same for the life of a ledger."
+        ),
     )
     create_tables: bool = Field(
         default=True, description="Create missing tables on start (off for DDL-less workers)."

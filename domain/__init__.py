@@ -19,6 +19,7 @@ from chatledger.domain.events import (
     CommitFailed,
     Committed,
     Evicted,
+    Forked,
     MessageAdded,
     Started,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "Committed",
     "ConcurrencyConflict",
     "Evicted",
+    "Forked",
     "InvalidInput",
     "InvalidSettings",
     "Message",

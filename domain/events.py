@@ -9,6 +9,7 @@ never validates or performs I/O (validation happens in ``Session`` commands).
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
@@ -33,6 +34,42 @@ class Started(SessionCreationEvent):
         session.context = self.context
         session.updated_at = self.timestamp
         session.started_by = self.actor
+
+
+class Forked(SessionCreationEvent):
+    """A session was started as a copy of another session's state at one version.
+
+    It names its origin (session id, key and version) and carries the origin's
+    live buffer, live archives and counters as they were then; the origin's
+    own stream is untouched.
+    """
+
+    tenant: str
+    key: str
+    context: ClientContext = ClientContext()
+    origin_session_id: uuid.UUID
+    origin_key: str
+    origin_version: int
+    buffer: tuple[Message, ...]
+    archives: tuple[ArchiveSummary, ...]
+    message_count: int
+    commit_count: int
+    last_commit_at: datetime | None
+
+    def apply(self, aggregate: Any) -> None:
+        session: Session = aggregate
+        session.tenant = self.tenant
+        session.key = self.key
+        session.context = self.context
+        session.updated_at = self.timestamp
+        session.started_by = self.actor
+        session.buffer = {m.id: m for m in self.buffer}
+        session.pending_tokens = sum(m.tokens for m in self.buffer)
+        session.turn_count = sum(1 for m in self.buffer if m.role == "user")
+        session.archives = list(self.archives)
+        session.message_count = self.message_count
+        session.commit_count = self.commit_count
+        session.last_commit_at = self.last_commit_at
 
 
 class MessageAdded(SessionEvent):
@@ -133,9 +170,17 @@ EVENT_TYPES: tuple[type[SessionEvent], ...] = (
     ArchiveMerged,
     Evicted,
     Closed,
+    Forked,
 )
 EventName = Literal[
-    "Started", "MessageAdded", "Committed", "CommitFailed", "ArchiveMerged", "Evicted", "Closed"
+    "Started",
+    "MessageAdded",
+    "Committed",
+    "CommitFailed",
+    "ArchiveMerged",
+    "Evicted",
+    "Closed",
+    "Forked",
 ]
 
 

@@ -25,6 +25,7 @@ from chatledger.domain.events import (
     CommitFailed,
     Committed,
     Evicted,
+    Forked,
     MessageAdded,
     Started,
 )
@@ -97,6 +98,34 @@ class Session(BaseAggregate[UUID]):
             tenant=tenant,
             key=key,
             context=context or ClientContext(),
+            actor=actor,
+            timestamp=timestamp,
+        )
+
+    @classmethod
+    def fork(
+        cls,
+        origin: Session,
+        *,
+        key: str,
+        actor: Principal,
+        timestamp: datetime,
+    ) -> Session:
+        """A new session in the origin's tenant carrying the origin's current state."""
+        return cls._create(
+            Forked,
+            id=session_id(origin.tenant, key),
+            tenant=origin.tenant,
+            key=key,
+            context=origin.context,
+            origin_session_id=origin.id,
+            origin_key=origin.key,
+            origin_version=origin.version,
+            buffer=tuple(origin.buffer.values()),
+            archives=tuple(origin.archives),
+            message_count=origin.message_count,
+            commit_count=origin.commit_count,
+            last_commit_at=origin.last_commit_at,
             actor=actor,
             timestamp=timestamp,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from chatledger.domain.events import ArchiveMerged, Committed
+from chatledger.domain.events import ArchiveMerged, Committed, Forked
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.rules import with_merge
 from chatledger.domain.values import ArchiveSummary
@@ -40,6 +40,13 @@ class ArchiveHistory(BaseModel):
 def fold_archive_history(state: ArchiveHistory, event: SessionEvent) -> ArchiveHistory:
     """The archive history after ``event``."""
     version = event.originator_version
+    if isinstance(event, Forked):
+        return ArchiveHistory(
+            live=event.archives,
+            records=tuple(
+                ArchiveRecord(summary=a, created_version=version) for a in event.archives
+            ),
+        )
     if isinstance(event, Committed):
         return ArchiveHistory(
             live=(*state.live, event.archive),

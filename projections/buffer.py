@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from chatledger.domain.events import Committed, MessageAdded
+from chatledger.domain.events import Committed, Forked, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.rules import without_messages
 from chatledger.domain.values import Message
@@ -32,6 +32,8 @@ class Buffer(BaseModel):
 
 def fold_buffer(state: Buffer, event: SessionEvent) -> Buffer:
     """The buffer after ``event``."""
+    if isinstance(event, Forked):
+        return Buffer(messages=event.buffer)
     if isinstance(event, MessageAdded):
         return Buffer(messages=(*state.messages, event.message))
     if isinstance(event, Committed):

@@ -12,6 +12,7 @@ from chatledger.domain.events import (
     Closed,
     Committed,
     Evicted,
+    Forked,
     MessageAdded,
     Started,
 )
@@ -49,6 +50,19 @@ def fold_session_meta(state: SessionMeta, event: SessionEvent) -> SessionMeta:
             context=event.context,
             created_at=event.timestamp,
             updated_at=event.timestamp,
+        )
+    elif isinstance(event, Forked):
+        changes.update(
+            session_id=event.originator_id,
+            tenant=event.tenant,
+            key=event.key,
+            context=event.context,
+            created_at=event.timestamp,
+            updated_at=event.timestamp,
+            message_count=event.message_count,
+            commit_count=event.commit_count,
+            last_commit_at=event.last_commit_at,
+            archive_count=len(event.archives),
         )
     elif isinstance(event, MessageAdded):
         changes.update(

@@ -89,3 +89,74 @@ def test_snapshots_bound_the_replay(make_ledger: Callable[..., SessionLedger]) -
     stored = list(ledger._app.snapshots.get(ledger.session(ALICE, "s1").session_id))  # type: ignore[union-attr]
     assert [s.originator_version for s in stored] == [5, 10, 15, 20]
     assert make_ledger().session(ALICE, "s1") == ledger.session(ALICE, "s1")
+
+
+def test_diff_lists_messages_commits_merges_and_counters(ledger: SessionLedger) -> None:
+    """diff(v1, v2) names what happened after v1 up to v2, with counters at both ends."""
+    ledger.add_message(ALICE, "s1", "user", "one")  # v2
+    ledger.commit(ALICE, "s1")  # v3
+    ledger.add_message(ALICE, "s1", "user", "two")  # v4
+    ledger.commit(ALICE, "s1")  # v5
+    ledger.merge_archives(ALICE, "s1", threshold=1)  # v6
+    ledger.add_message(ALICE, "s1", "user", "three")  # v7
+    change = ledger.diff(ALICE, "s1", 2, 7)
+    assert [m.content for m in change.messages_added] == ["two", "three"]
+    assert [list(a.message_ids) for a in change.commits] == [
+        [m.id for m in ledger.session(ALICE, "s1", at_version=2).buffer],
+        [ledger.history(ALICE, "s1")[3].event.message.id],  # type: ignore[attr-defined]
+    ]
+    assert len(change.merges) == 1 and len(change.merges[0].source_archive_ids) == 2
+    assert change.event_types == (
+        "Committed",
+        "MessageAdded",
+        "Committed",
+        "ArchiveMerged",
+        "MessageAdded",
+    )
+    assert (change.before.buffer_size, change.after.buffer_size) == (1, 1)
+    assert (change.before.commit_count, change.after.commit_count) == (0, 2)
+    assert change.after.archive_count == 1
+
+
+def test_diff_rejects_reversed_or_invalid_versions(ledger: SessionLedger) -> None:
+    """from_version after to_version, or versions below 1, raise InvalidInput."""
+    ledger.add_message(ALICE, "s1", "user", "one")
+    for bad in ((2, 1), (0, 2)):
+        with pytest.raises(InvalidInput):
+            ledger.diff(ALICE, "s1", *bad)
+
+
+def test_fork_copies_the_state_at_a_version_and_leaves_the_origin(ledger: SessionLedger) -> None:
+    """fork(at_version=N) starts a new session with Forked carrying the origin's state at N."""
+    for i in range(3):
+        ledger.add_message(ALICE, "s1", "user", f"m{i}")
+    ledger.commit(ALICE, "s1")  # v5
+    ledger.add_message(ALICE, "s1", "user", "later")  # v6
+    origin_before = ledger.history(ALICE, "s1")
+    forked = ledger.fork(ALICE, "s1", 3, "s1-retry")
+    then = ledger.session(ALICE, "s1", at_version=3)
+    assert (forked.buffer, forked.archives) == (then.buffer, then.archives)
+    assert forked.message_count == then.message_count and forked.version == 1
+    (first,) = ledger.history(ALICE, "s1-retry")
+    assert first.type == "Forked"
+    assert (first.event.origin_key, first.event.origin_version) == ("s1", 3)  # type: ignore[attr-defined]
+    assert ledger.history(ALICE, "s1") == origin_before
+    ledger.add_message(ALICE, "s1-retry", "user", "try again")
+    assert [m.content for m in ledger.session(ALICE, "s1-retry").buffer] == [
+        "m0",
+        "m1",
+        "try again",
+    ]
+    folded = project(e.event for e in ledger.history(ALICE, "s1-retry"))
+    assert folded.buffer.messages == ledger.session(ALICE, "s1-retry").buffer
+
+
+def test_fork_refuses_an_existing_key(ledger: SessionLedger) -> None:
+    """Forking onto a key in use raises InvalidInput and records nothing."""
+    ledger.add_message(ALICE, "s1", "user", "a")
+    ledger.add_message(ALICE, "taken", "user", "b")
+    with pytest.raises(InvalidInput):
+        ledger.fork(ALICE, "s1", 2, "taken")
+    with pytest.raises(InvalidInput):
+        ledger.fork(ALICE, "s1", 2, "s1")
+    assert len(ledger.history(ALICE, "taken")) == 2

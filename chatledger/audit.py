@@ -1,0 +1,287 @@
+"""Tamper evidence and portability: verify the hash chains, export and import.
+
+``verify`` recomputes every event's chained hash from the stored rows and
+replays each session without snapshots to check every stored snapshot, so a
+row changed, deleted, reordered or inserted directly in the database -- or a
+doctored snapshot -- is reported with the first broken version per session.
+``export`` writes self-describing JSON lines (events in order, with hashes);
+``import_`` re-verifies a file completely before writing anything, then
+records all of it in one transaction into an empty ledger.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from eventsourcing.persistence import IntegrityError, MapperDeserialisationError
+from eventsourcing.utils import TopicError
+
+from chatledger.adapters.chain import BrokenLink, ChainRow, first_breaks
+from chatledger.adapters.mapper import TimedStoredEvent
+from chatledger.domain.errors import InvalidInput
+from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.session import Session
+from chatledger.domain.values import Principal
+from chatledger.results import ChainHead, ImportResult, VerifyIssue, VerifyReport
+
+if TYPE_CHECKING:
+    from chatledger.ledger import SessionLedger
+
+EXPORT_FORMAT = "chatledger/export"
+EXPORT_FORMAT_VERSION = 1
+
+
+def _identity(row: ChainRow) -> tuple[str | None, str | None]:
+    """Tenant and key from a session's first stored event (None if unreadable)."""
+    try:
+        state = json.loads(row.state)
+        return str(state["tenant"]), str(state["key"])
+    except (ValueError, KeyError, TypeError):
+        return None, None
+
+
+def _visible(principal: Principal, tenant: str | None) -> bool:
+    return principal.is_admin or tenant == principal.account_id
+
+
+def _sessions(
+    ledger: SessionLedger, principal: Principal, key: str | None
+) -> Iterator[tuple[str | None, str | None, list[ChainRow]]]:
+    """(tenant, key, rows) of each session the principal may see, rows in version order."""
+    recorder = ledger._app.event_recorder
+    only = None if key is None else ledger._target(principal, key, None)[2]
+    current: list[ChainRow] = []
+
+    def flush() -> Iterator[tuple[str | None, str | None, list[ChainRow]]]:
+        first = next((r for r in current if r.version == 1), None)
+        tenant, skey = _identity(first) if first else (None, None)
+        if only is not None or _visible(principal, tenant):
+            yield tenant, skey, list(current)
+
+    for row in recorder.chain_rows(only):
+        if current and row.originator_id != current[0].originator_id:
+            yield from flush()
+            current = []
+        current.append(row)
+    if current:
+        yield from flush()
+
+
+def verify(
+    ledger: SessionLedger,
+    principal: Principal,
+    key: str | None,
+    anchors: Iterable[ChainHead] = (),
+) -> VerifyReport:
+    chain_key = ledger._app.event_recorder.chain_key
+    anchored = {a.session_id: a for a in anchors}
+    issues: list[VerifyIssue] = []
+    heads: list[ChainHead] = []
+    sessions = events = snapshots = 0
+    for tenant, skey, rows in _sessions(ledger, principal, key):
+        sessions += 1
+        events += len(rows)
+        sid = rows[0].originator_id
+        anchor = anchored.pop(sid, None)
+        broken = next(first_breaks(rows, chain_key), None)
+        if broken is None and anchor is not None:
+            broken = _check_anchor(rows, anchor)
+        if broken is not None:
+            issues.append(_issue(broken, tenant, skey))
+            continue
+        heads.append(
+            ChainHead(
+                session_id=sid, tenant=tenant, key=skey, version=rows[-1].version,
+                hash=rows[-1].hash.hex(),
+            )
+        )  # fmt: skip
+        checked, snapshot_issue = _check_snapshots(ledger, rows)
+        snapshots += checked
+        if snapshot_issue is not None:
+            issues.append(_issue(snapshot_issue, tenant, skey))
+    if key is None:
+        # An anchored session with no rows left at all was deleted whole.
+        for anchor in anchored.values():
+            if _visible(principal, anchor.tenant):
+                issues.append(
+                    VerifyIssue(
+                        session_id=anchor.session_id, tenant=anchor.tenant, key=anchor.key,
+                        version=anchor.version, position=None, reason="anchored session missing",
+                        expected=anchor.hash, found="no events",
+                    )
+                )  # fmt: skip
+    return VerifyReport(
+        ok=not issues,
+        sessions_checked=sessions,
+        events_checked=events,
+        snapshots_checked=snapshots,
+        issues=tuple(issues),
+        heads=tuple(heads),
+    )
+
+
+def _check_anchor(rows: list[ChainRow], anchor: ChainHead) -> BrokenLink | None:
+    """An anchored head must still be in the chain: catches events cut off the end."""
+    at = next((r for r in rows if r.version == anchor.version), None)
+    if at is not None and at.hash.hex() == anchor.hash:
+        return None
+    return BrokenLink(
+        session_id=anchor.session_id,
+        version=anchor.version,
+        position=at.position if at else None,
+        reason="anchored head missing" if at is None else "anchored head differs",
+        expected=anchor.hash,
+        found=at.hash.hex() if at else f"chain ends at version {rows[-1].version}",
+    )
+
+
+def _issue(link: BrokenLink, tenant: str | None, key: str | None) -> VerifyIssue:
+    return VerifyIssue(tenant=tenant, key=key, **link.model_dump())
+
+
+def _check_snapshots(ledger: SessionLedger, rows: list[ChainRow]) -> tuple[int, BrokenLink | None]:
+    """Compare every stored snapshot of a session with a replay of its (verified) events."""
+    app = ledger._app
+    assert app.snapshots is not None
+    sid = rows[0].originator_id
+    stored = {s.originator_version: s for s in app.snapshots.get(sid)}
+    if not stored:
+        return 0, None
+    session: Session | None = None
+    for row in rows:
+        event = app.mapper.to_domain_event(_stored(row))
+        session = event.mutate(session)  # type: ignore[attr-defined]
+        snapshot = stored.get(row.version)
+        if snapshot is not None and session is not None:
+            replayed = session.to_state()
+            if snapshot.state != replayed:  # type: ignore[attr-defined]
+                return len(stored), BrokenLink(
+                    session_id=sid,
+                    version=row.version,
+                    position=None,
+                    reason="snapshot differs from replayed events",
+                    expected="state replayed from the verified events",
+                    found="a different stored snapshot",
+                )
+    return len(stored), None
+
+
+def _stored(row: ChainRow) -> TimedStoredEvent:
+    return TimedStoredEvent(
+        originator_id=row.originator_id,
+        originator_version=row.version,
+        topic=row.topic,
+        state=row.state,
+        timestamp_us=row.timestamp_us,
+    )
+
+
+def export(ledger: SessionLedger, principal: Principal, key: str | None) -> Iterator[str]:
+    chain_key = ledger._app.event_recorder.chain_key
+    yield json.dumps(
+        {
+            "format": EXPORT_FORMAT,
+            "format_version": EXPORT_FORMAT_VERSION,
+            "keyed_chain": chain_key is not None,
+        }
+    )
+    for tenant, skey, rows in _sessions(ledger, principal, key):
+        for row in rows:
+            yield json.dumps(
+                {
+                    "position": row.position,
+                    "session_id": row.originator_id.hex,
+                    "tenant": tenant,
+                    "key": skey,
+                    "version": row.version,
+                    "type": row.topic.rsplit(":", 1)[-1],
+                    "topic": row.topic,
+                    "timestamp": datetime.fromtimestamp(row.timestamp_us / 1e6, UTC).isoformat(),
+                    "timestamp_us": row.timestamp_us,
+                    "state": row.state.decode(),
+                    "hash": row.hash.hex(),
+                },
+                ensure_ascii=False,
+            )
+
+
+def _parse(lines: Iterable[str]) -> list[ChainRow]:
+    rows: list[ChainRow] = []
+    header_seen = False
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record: dict[str, Any] = json.loads(line)
+        except ValueError as error:
+            raise InvalidInput(
+                f"Line {number} is not JSON ({error}); nothing was imported."
+            ) from None
+        if not header_seen:
+            if record.get("format") != EXPORT_FORMAT:
+                raise InvalidInput(
+                    f"Line {number} is not a chatledger export header; nothing was imported."
+                )
+            if record.get("format_version") != EXPORT_FORMAT_VERSION:
+                raise InvalidInput(
+                    f"Unsupported export format version {record.get('format_version')!r}."
+                )
+            header_seen = True
+            continue
+        try:
+            rows.append(
+                ChainRow(
+                    position=int(record["position"]),
+                    originator_id=UUID(str(record["session_id"])),
+                    version=int(record["version"]),
+                    topic=str(record["topic"]),
+                    state=str(record["state"]).encode(),
+                    timestamp_us=int(record["timestamp_us"]),
+                    hash=bytes.fromhex(str(record["hash"])),
+                )
+            )
+        except (KeyError, ValueError, TypeError) as error:
+            raise InvalidInput(
+                f"Line {number} is not a valid exported event ({error!r}); nothing was imported."
+            ) from None
+    if not header_seen:
+        raise InvalidInput("The file is empty: no chatledger export header; nothing was imported.")
+    return rows
+
+
+def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
+    rows = _parse(lines)
+    recorder = ledger._app.event_recorder
+    rows.sort(key=lambda r: (r.originator_id.bytes, r.version))
+    broken = next(first_breaks(rows, recorder.chain_key), None)
+    if broken is not None:
+        raise InvalidInput(
+            f"Broken hash chain in session {broken.session_id} at version {broken.version} "
+            f"({broken.reason}); nothing was imported. If the source used a chain_key, "
+            "configure the same one here."
+        )
+    positions = [r.position for r in rows]
+    if len(set(positions)) != len(positions):
+        raise InvalidInput("Two events share a position; nothing was imported.")
+    for row in rows:  # every event must rebuild, or the ledger could not load it later
+        try:
+            event = ledger._app.mapper.to_domain_event(_stored(row))
+        except (MapperDeserialisationError, TopicError) as error:
+            raise InvalidInput(
+                f"Event {row.version} of session {row.originator_id} cannot be read "
+                f"({error}); nothing was imported."
+            ) from None
+        if not isinstance(event, SessionEvent):
+            raise InvalidInput(f"Event at position {row.position} is not a session event.")
+    rows.sort(key=lambda r: r.position)
+    try:
+        recorder.insert_exported(rows)
+    except IntegrityError as error:
+        raise InvalidInput(
+            f"Import needs an empty ledger ({error}); nothing was imported."
+        ) from None
+    return ImportResult(sessions=len({r.originator_id for r in rows}), events=len(rows))

@@ -1,0 +1,319 @@
+"""Tamper evidence: any change to stored rows is found by verify(); export/import round trip."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+from chatledger import InvalidInput, SessionLedger
+from support import ADMIN, ALICE, BOB
+
+COLUMNS = ["id", "originator_id", "originator_version", "topic", "state", "timestamp_us", "hash"]
+
+
+def _populate(ledger: SessionLedger) -> None:
+    for who, key in ((ALICE, "s1"), (ALICE, "s2"), (BOB, "s1")):
+        for i in range(5):
+            ledger.add_message(who, key, "user", f"Question {i} about Billing.")
+            ledger.add_message(who, key, "assistant", f"Answer {i}.")
+            if i % 2:
+                ledger.commit(who, key)
+        ledger.merge_archives(who, key, threshold=1)
+
+
+def _rows(ledger: SessionLedger) -> list[dict[str, Any]]:
+    engine = ledger._app.event_recorder.engine
+    with engine.connect() as connection:
+        return [
+            dict(r._mapping)
+            for r in connection.execute(
+                text(f"SELECT {', '.join(COLUMNS)} FROM chatledger_events ORDER BY id")
+            )
+        ]
+
+
+def _execute(ledger: SessionLedger, sql: str, **params: Any) -> None:
+    with ledger._app.event_recorder.engine.begin() as connection:
+        connection.execute(text(sql), params)
+
+
+def _flip(value: Any, at: int) -> Any:
+    """The value with one byte (or digit) changed."""
+    if isinstance(value, bytes | memoryview):
+        data = bytearray(bytes(value))
+        data[at % len(data)] ^= 0x01
+        return bytes(data)
+    if isinstance(value, int):
+        return value + 1_000_003
+    if hasattr(value, "hex") and hasattr(value, "int"):  # a UUID (PostgreSQL)
+        import uuid
+
+        return uuid.UUID(int=value.int ^ 1)
+    chars = list(str(value))
+    i = at % len(chars)
+    chars[i] = "0" if chars[i] != "0" else "1"
+    return "".join(chars)
+
+
+def _mutate_column(ledger: SessionLedger, row: dict[str, Any], column: str, at: int) -> None:
+    _execute(
+        ledger,
+        f"UPDATE chatledger_events SET {column} = :value WHERE id = :id",
+        value=_flip(row[column], at),
+        id=row["id"],
+    )
+
+
+@pytest.fixture
+def populated(make_ledger: Callable[..., SessionLedger]) -> SessionLedger:
+    ledger = make_ledger(snapshot_interval=4)
+    _populate(ledger)
+    assert ledger.verify(ADMIN).ok
+    return ledger
+
+
+def test_untouched_ledger_verifies_with_every_event_and_snapshot_checked(
+    populated: SessionLedger,
+) -> None:
+    """A ledger nobody tampered with verifies ok, all events and snapshots checked."""
+    report = populated.verify(ADMIN)
+    assert report.ok and report.issues == ()
+    assert report.sessions_checked == 3
+    assert report.events_checked == len(_rows(populated))
+    assert report.snapshots_checked > 0
+
+
+@pytest.mark.parametrize("column", COLUMNS)
+def test_changing_one_byte_of_any_column_is_detected(populated: SessionLedger, column: str) -> None:
+    """Flipping one byte of any column of a stored event breaks that session's chain."""
+    row = _rows(populated)[7]
+    _mutate_column(populated, row, column, at=3)
+    report = populated.verify(ADMIN)
+    assert not report.ok
+    assert len(report.issues) >= 1
+
+
+def test_deleting_an_event_is_detected_at_its_version(populated: SessionLedger) -> None:
+    """Deleting an event from the middle of a session reports the missing version."""
+    row = next(r for r in _rows(populated) if r["originator_version"] == 4)
+    _execute(populated, "DELETE FROM chatledger_events WHERE id = :id", id=row["id"])
+    (issue,) = populated.verify(ADMIN).issues
+    assert (issue.version, issue.reason) == (4, "missing event")
+
+
+def test_reordering_two_events_is_detected(populated: SessionLedger) -> None:
+    """Swapping the payloads of two events of one session is detected."""
+    rows = [r for r in _rows(populated) if r["originator_version"] in (3, 5)][:2]
+    a, b = rows
+    assert a["originator_id"] == b["originator_id"]
+    for mine, theirs in ((a, b), (b, a)):
+        _execute(
+            populated,
+            "UPDATE chatledger_events SET state = :state, topic = :topic WHERE id = :id",
+            state=theirs["state"],
+            topic=theirs["topic"],
+            id=mine["id"],
+        )
+    issue = populated.verify(ADMIN).issues[0]
+    assert issue.version == 3 and issue.reason == "hash mismatch"
+
+
+def test_forged_event_is_detected(populated: SessionLedger) -> None:
+    """A forged event appended to a session without the chain's hash is detected."""
+    last = max(
+        (r for r in _rows(populated) if r["originator_id"] == _rows(populated)[0]["originator_id"]),
+        key=lambda r: r["originator_version"],
+    )
+    forged = dict(last, id=10_000, originator_version=last["originator_version"] + 1)
+    forged["state"] = bytes(last["state"]).replace(b"Answer", b"Forged")
+    _execute(
+        populated,
+        f"INSERT INTO chatledger_events ({', '.join(COLUMNS)}) "
+        f"VALUES ({', '.join(':' + c for c in COLUMNS)})",
+        **forged,
+    )
+    assert [i.reason for i in populated.verify(ADMIN).issues] == ["hash mismatch"]
+
+
+def test_keyed_chain_detects_a_forger_who_knows_the_scheme(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """With chain_key, a forged row hashed correctly but without the key is still detected."""
+    from chatledger.adapters.chain import chain_hash
+
+    ledger = make_ledger(chain_key="s3cret")
+    ledger.add_message(ALICE, "s1", "user", "hello")
+    row = _rows(ledger)[-1]
+    previous = bytes(row["hash"])
+    forged_state = bytes(row["state"]).replace(b"hello", b"hijacked")
+    import uuid
+
+    oid = row["originator_id"]
+    oid = oid if isinstance(oid, uuid.UUID) else uuid.UUID(oid)
+    digest = chain_hash(
+        previous,
+        position=row["id"] + 1,
+        originator_id=oid,
+        version=row["originator_version"] + 1,
+        topic=row["topic"],
+        timestamp_us=row["timestamp_us"],
+        state=forged_state,
+    )
+    _execute(
+        ledger,
+        f"INSERT INTO chatledger_events ({', '.join(COLUMNS)}) "
+        f"VALUES ({', '.join(':' + c for c in COLUMNS)})",
+        **dict(
+            row,
+            id=row["id"] + 1,
+            originator_version=row["originator_version"] + 1,
+            state=forged_state,
+            hash=digest,
+        ),
+    )
+    assert not ledger.verify(ALICE).ok
+
+
+def test_doctored_snapshot_is_detected(populated: SessionLedger) -> None:
+    """A snapshot edited in the database no longer matches the replay and is reported."""
+    with populated._app.event_recorder.engine.connect() as connection:
+        oid, version, state = connection.execute(
+            text("SELECT originator_id, originator_version, state FROM chatledger_snapshots")
+        ).first()  # type: ignore[misc]
+    doctored = bytes(state).replace(b"Question", b"Qxestion", 1)
+    assert doctored != bytes(state)
+    _execute(
+        populated,
+        "UPDATE chatledger_snapshots SET state = :state "
+        "WHERE originator_id = :oid AND originator_version = :version",
+        state=doctored,
+        oid=oid,
+        version=version,
+    )
+    issues = populated.verify(ADMIN).issues
+    assert [i.reason for i in issues] == ["snapshot differs from replayed events"]
+
+
+def test_members_verify_only_their_account(populated: SessionLedger) -> None:
+    """verify() without a key covers the member's own sessions; admins see all."""
+    assert populated.verify(ALICE).sessions_checked == 2
+    assert populated.verify(BOB).sessions_checked == 1
+    assert populated.verify(ALICE, "s1").sessions_checked == 1
+
+
+MUTATION = st.one_of(
+    st.tuples(st.just("flip"), st.sampled_from(COLUMNS), st.integers(0, 10_000)),
+    st.tuples(st.just("delete"), st.just(""), st.integers(0, 10_000)),
+    st.tuples(st.just("swap"), st.just(""), st.integers(0, 10_000)),
+)
+
+
+def test_no_random_mutation_goes_undetected(make_ledger: Callable[..., SessionLedger]) -> None:
+    """Hypothesis: flipping a byte, deleting a non-final event or swapping payloads is found."""
+    ledger = make_ledger(snapshot_interval=1000)
+
+    @settings(
+        max_examples=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(MUTATION)
+    def run(mutation: tuple[str, str, int]) -> None:
+        _execute(ledger, "DELETE FROM chatledger_events")
+        ledger._cache.clear()
+        _populate(ledger)
+        assert ledger.verify(ADMIN).ok
+        rows = _rows(ledger)
+        kind, column, at = mutation
+        row = rows[at % len(rows)]
+        same_session = [r for r in rows if r["originator_id"] == row["originator_id"]]
+        if kind == "flip":
+            _mutate_column(ledger, row, column, at)
+        elif kind == "delete":
+            row = same_session[at % (len(same_session) - 1)]  # never the newest (see audit.md)
+            _execute(ledger, "DELETE FROM chatledger_events WHERE id = :id", id=row["id"])
+        else:
+            other = same_session[(same_session.index(row) + 1) % len(same_session)]
+            for mine, theirs in ((row, other), (other, row)):
+                _execute(
+                    ledger,
+                    "UPDATE chatledger_events SET state = :state WHERE id = :id",
+                    state=theirs["state"],
+                    id=mine["id"],
+                )
+        assert not ledger.verify(ADMIN).ok
+
+    run()
+
+
+def test_export_import_round_trip_reproduces_every_view(
+    populated: SessionLedger, make_ledger: Callable[..., SessionLedger], tmp_path: Any
+) -> None:
+    """Importing an export into an empty ledger gives equal sessions, histories and chains."""
+    lines = list(populated.export(ADMIN))
+    target = (
+        make_ledger(url_suffix="import")
+        if False
+        else SessionLedger(f"sqlite:///{tmp_path / 'imported.db'}")
+    )
+    try:
+        result = target.import_(lines)
+        assert (result.sessions, result.events) == (3, len(_rows(populated)))
+        assert target.verify(ADMIN).ok
+        for who, key in ((ALICE, "s1"), (ALICE, "s2"), (BOB, "s1")):
+            assert target.session(who, key) == populated.session(who, key)
+            assert target.history(who, key) == populated.history(who, key)
+        assert list(target.export(ADMIN)) == lines
+    finally:
+        target.close()
+
+
+def test_broken_export_file_imports_nothing(populated: SessionLedger, tmp_path: Any) -> None:
+    """An export with one altered line is rejected with InvalidInput and nothing is recorded."""
+    lines = list(populated.export(ADMIN))
+    victim = next(i for i, line in enumerate(lines) if "Question 2" in line)
+    lines[victim] = lines[victim].replace("Question 2", "Question 9")
+    target = SessionLedger(f"sqlite:///{tmp_path / 'imported.db'}")
+    try:
+        with pytest.raises(InvalidInput, match="Broken hash chain"):
+            target.import_(lines)
+        assert target._app.recorder.max_notification_id() is None
+        with pytest.raises(InvalidInput):
+            target.import_(["not json"])
+        with pytest.raises(InvalidInput):
+            target.import_([])
+    finally:
+        target.close()
+
+
+def test_import_refuses_a_non_empty_ledger(populated: SessionLedger) -> None:
+    """Importing into a ledger that already has events raises InvalidInput, nothing added."""
+    lines = list(populated.export(ALICE))
+    before = len(_rows(populated))
+    with pytest.raises(InvalidInput, match="empty"):
+        populated.import_(lines)
+    assert len(_rows(populated)) == before
+
+
+def test_member_export_holds_only_their_account(populated: SessionLedger) -> None:
+    """A member's export contains only their tenant's sessions."""
+    import json
+
+    tenants = {json.loads(line)["tenant"] for line in list(populated.export(ALICE))[1:]}
+    assert tenants == {"acme"}
+
+
+def test_anchored_heads_catch_events_cut_off_the_end(populated: SessionLedger) -> None:
+    """Deleting a session's newest events is invisible to the chain but caught by anchors."""
+    anchors = populated.verify(ADMIN).heads
+    assert len(anchors) == 3
+    newest = max(_rows(populated), key=lambda r: r["id"])
+    _execute(populated, "DELETE FROM chatledger_events WHERE id = :id", id=newest["id"])
+    assert populated.verify(ADMIN).ok  # the truncated chain is still self-consistent
+    report = populated.verify(ADMIN, anchors=anchors)
+    assert [i.reason for i in report.issues] == ["anchored head missing"]
