@@ -106,8 +106,11 @@ def _sqlite_engine(
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
         # With autocommit at the driver level, SQLAlchemy transactions must
-        # start explicitly (the documented pysqlite recipe).
-        connection.exec_driver_sql("BEGIN")
+        # start explicitly (the documented pysqlite recipe). A connection may
+        # ask for BEGIN IMMEDIATE (execution option ``sqlite_begin``) when it
+        # will write after reading, so it waits for the lock instead of failing.
+        mode = connection.get_execution_options().get("sqlite_begin", "")
+        connection.exec_driver_sql(f"BEGIN {mode}".strip())
 
     return engine
 

@@ -89,13 +89,19 @@ snapshots_table = Table(
 
 
 def create_tables(engine: Engine) -> None:
-    """Create the store's tables if missing; safe to run from several processes."""
-    with engine.begin() as connection:
-        if engine.dialect.name == "postgresql":
-            # Concurrent CREATE TABLE IF NOT EXISTS races on the catalogue
-            # ("tuple concurrently updated"); serialise DDL across processes.
-            connection.execute(text("SELECT pg_advisory_xact_lock(7366524411)"))
-        metadata.create_all(connection, checkfirst=True)
+    """Create the store's tables if missing; safe to run from several processes.
+
+    The check-then-create runs under the write lock from the start (SQLite:
+    BEGIN IMMEDIATE; PostgreSQL: an advisory lock, since concurrent CREATE
+    TABLE IF NOT EXISTS races on the catalogue with "tuple concurrently
+    updated"), so processes opening a fresh database together queue up.
+    """
+    with engine.connect() as plain:
+        connection = plain.execution_options(sqlite_begin="IMMEDIATE")
+        with connection.begin():
+            if engine.dialect.name == "postgresql":
+                connection.execute(text("SELECT pg_advisory_xact_lock(7366524411)"))
+            metadata.create_all(connection, checkfirst=True)
 
 
 class _SqlRecorder:

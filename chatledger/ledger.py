@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import random
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -75,7 +77,7 @@ from chatledger.settings import LedgerSettings, load_settings
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_MAX_WRITE_ATTEMPTS = 20
+_MIN_WRITE_ATTEMPTS = 5
 
 
 def utc_now() -> datetime:
@@ -519,12 +521,23 @@ class SessionLedger:
 
     @_public
     def history(
-        self, principal: Principal, key: str, *, account_id: str | None = None
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        after_version: int = 0,
+        account_id: str | None = None,
     ) -> list[LedgerEvent]:
-        """Every recorded event of the session, oldest first."""
+        """The session's recorded events after ``after_version``, oldest first."""
+        if (
+            isinstance(after_version, bool)
+            or not isinstance(after_version, int)
+            or after_version < 0
+        ):
+            raise InvalidInput("after_version must be a non-negative integer.")
         _, key, sid = self._target(principal, key, account_id)
-        events = self._events(sid)
-        if not events:
+        events: list[SessionEvent] = list(self._app.events.get(sid, gt=after_version or None))  # type: ignore[arg-type]
+        if not events and (after_version == 0 or not self._exists(sid)):
             raise UnknownSession(self._unknown(key))
         return [
             LedgerEvent(
@@ -764,8 +777,8 @@ class SessionLedger:
             session = self._require(sid, key)
             return Session.from_state(session.id, session.version, session.to_state())
 
-    def _events(self, sid: UUID) -> list[SessionEvent]:
-        return list(self._app.events.get(sid))  # type: ignore[arg-type]
+    def _exists(self, sid: UUID) -> bool:
+        return bool(list(self._app.events.get(sid, limit=1)))
 
     def _write(
         self,
@@ -774,9 +787,17 @@ class SessionLedger:
         *,
         create: Callable[[], Session] | None = None,
     ) -> tuple[R, list[int], Session]:
-        """Apply a change and record its events atomically, re-applying on conflicts."""
+        """Apply a change and record its events atomically, re-applying on conflicts.
+
+        A version conflict means another writer (thread of another ledger, or
+        process) appended first: reload and re-apply, after a short random
+        back-off that grows with each conflict, until ``busy_timeout`` runs out.
+        """
+        deadline = time.monotonic() + self.settings.busy_timeout
+        attempts = 0
         with self._session_lock(sid):
-            for _ in range(_MAX_WRITE_ATTEMPTS):
+            while attempts < _MIN_WRITE_ATTEMPTS or time.monotonic() < deadline:
+                attempts += 1
                 session = self._load(sid, fresh=False)
                 if session is None:
                     if create is None:
@@ -789,6 +810,7 @@ class SessionLedger:
                     positions = self._app.record(session)
                 except IntegrityError:
                     self._forget(sid)  # another writer got there first: reload, re-apply
+                    time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempts)))
                     continue
                 except BaseException:
                     self._forget(sid)  # the object may hold unrecorded changes
@@ -796,7 +818,8 @@ class SessionLedger:
                 self._remember(sid, session)
                 return outcome, positions, session
         raise ConcurrencyConflict(
-            f"Gave up after {_MAX_WRITE_ATTEMPTS} version conflicts with other writers; retry."
+            f"Gave up after {attempts} version conflicts with other writers in "
+            f"{self.settings.busy_timeout:g}s (setting busy_timeout); retry later."
         )
 
     # --------------------------------------------------------- commit protocol
