@@ -14,20 +14,19 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from chatledger.domain.events import (
-    ArchiveMerged,
-    CommitFailed,
-    Committed,
-    Evicted,
-    MessageAdded,
-    Started,
-)
 from chatledger.domain.ports import Summarizer, Summary
 from chatledger.domain.values import ArchiveSummary, Message, Principal
-from chatledger.results import LedgerEvent, SessionView
+from chatledger.render import (
+    archives_table,
+    buffer_table,
+    context_table,
+    diff_table,
+    history_table,
+    meta_table,
+    short,
+)
 
 if TYPE_CHECKING:
     from chatledger.ledger import SessionLedger
@@ -129,7 +128,7 @@ def run_demo(ledger: SessionLedger, console: Console, key: str = DEMO_KEY) -> No
         if result.archived:
             console.print(
                 f"  [green]Committed[/] {len(result.message_ids)} messages "
-                f"into archive {_short(result.archive_id)} ({label})"
+                f"into archive {short(result.archive_id)} ({label})"
             )
         else:
             console.print(f"  [red]{result.status}[/]: {result.reason} ({result.error})")
@@ -165,7 +164,7 @@ def run_demo(ledger: SessionLedger, console: Console, key: str = DEMO_KEY) -> No
     merged = ledger.merge_archives(p, key, threshold=2)
     console.print(
         f"  [green]ArchiveMerged[/]: {len(merged.source_archive_ids)} archives -> "
-        f"{_short(merged.archive_id)}"
+        f"{short(merged.archive_id)}"
         if merged.merged
         else f"  not merged: {merged.reason} {merged.error or ''}"
     )
@@ -173,93 +172,38 @@ def run_demo(ledger: SessionLedger, console: Console, key: str = DEMO_KEY) -> No
 
     console.print()
     view = ledger.session(p, key)
-    console.print(_meta_table(view))
-    console.print(_buffer_table(view))
-    console.print(_archives_table(view))
-    console.print(_history_table(ledger.history(p, key)))
+    console.print(meta_table(view))
+    console.print(buffer_table(view))
+    console.print(archives_table(view))
+    console.print(history_table(ledger.history(p, key)))
+    _time_travel(ledger, console, key)
 
 
-def _short(identifier: str | None) -> str:
-    return (identifier or "-")[:8]
-
-
-def _meta_table(view: SessionView) -> Table:
-    table = Table(title="Session", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    rows = {
-        "key": view.key,
-        "tenant": view.tenant,
-        "session id": str(view.session_id),
-        "version": str(view.version),
-        "messages / commits": f"{view.message_count} / {view.commit_count}",
-        "pending tokens": str(view.pending_tokens),
-        "user turns (should_compress)": f"{view.turn_count} ({view.should_compress})",
-    }
-    for name, value in rows.items():
-        table.add_row(name, Text(value))
-    return table
-
-
-def _buffer_table(view: SessionView) -> Table:
-    table = Table(title="Live buffer")
-    table.add_column("role")
-    table.add_column("content")
-    table.add_column("tokens", justify="right")
-    for message in view.buffer:
-        table.add_row(message.role, Text(message.content), str(message.tokens))
-    return table
-
-
-def _archives_table(view: SessionView) -> Table:
-    table = Table(title="Live archives")
-    table.add_column("archive", no_wrap=True)
-    table.add_column("messages", justify="right")
-    table.add_column("abstract")
-    for archive in view.archives:
-        table.add_row(
-            _short(archive.archive_id), str(len(archive.message_ids)), Text(archive.abstract)
-        )
-    return table
-
-
-def _history_table(events: Sequence[LedgerEvent]) -> Table:
-    table = Table(title="Event history")
-    table.add_column("v", justify="right")
-    table.add_column("time", no_wrap=True)
-    table.add_column("type", no_wrap=True)
-    table.add_column("actor", no_wrap=True)
-    table.add_column("summary")
-    for item in events:
-        actor = item.actor
-        table.add_row(
-            str(item.version),
-            item.timestamp.strftime("%H:%M:%S.%f")[:-3],
-            Text(item.type, style="red" if item.type == "CommitFailed" else ""),
-            Text(f"{actor.user_id}/{actor.agent_id}"),
-            Text(_describe(item)),
-        )
-    return table
-
-
-def _describe(item: LedgerEvent) -> str:
-    """One short line saying what an event did."""
-    event = item.event
-    if isinstance(event, Started):
-        return f"started {event.key!r} for tenant {event.tenant!r}"
-    if isinstance(event, MessageAdded):
-        message = event.message
-        tool = f" [{message.tool_call.tool_name}]" if message.tool_call else ""
-        text = message.content if len(message.content) <= 32 else message.content[:31] + "…"
-        return f"{message.role}{tool}: {text}"
-    if isinstance(event, Committed):
-        return f"archive {_short(event.archive.archive_id)} ← {len(event.message_ids)} messages"
-    if isinstance(event, CommitFailed):
-        return f"{event.error}; {event.message_count} messages stay live"
-    if isinstance(event, ArchiveMerged):
-        return (
-            f"archive {_short(event.archive.archive_id)} ← {len(event.source_archive_ids)} archives"
-        )
-    if isinstance(event, Evicted):
-        return f"left the working set ({event.reason})"
-    return item.type
+def _time_travel(ledger: SessionLedger, console: Console, key: str) -> None:
+    """Look back: the prompt before the first commit, what changed since, a fork, verify."""
+    p = DEMO_PRINCIPAL
+    history = ledger.history(p, key)
+    first_commit = next(e.version for e in history if e.type == "Committed")
+    then = first_commit - 1
+    console.rule("[bold]Time travel[/]")
+    console.print(f"[bold]5. The prompt the agent had at version {then}[/] (before any commit)")
+    console.print(context_table(ledger.context(p, key, 2_000, at_version=then)))
+    console.print(f"[bold]6. What changed from version {then} to now[/]")
+    console.print(diff_table(ledger.diff(p, key, then, history[-1].version)))
+    fork_key = f"{key}-retry"
+    forked = ledger.fork(p, key, then, fork_key)
+    console.print(
+        f"[bold]7. Fork at version {then}[/] as {fork_key!r}: {len(forked.buffer)} live "
+        f"messages carried over; the origin still has {len(history)} events"
+    )
+    report = ledger.verify(p)
+    verdict = "[green]intact[/]" if report.ok else "[red]BROKEN[/]"
+    console.print(
+        f"[bold]8. verify[/]: hash chains {verdict} "
+        f"({report.sessions_checked} sessions, {report.events_checked} events)"
+    )
+    console.print(
+        "\nTry it yourself: [cyan]chatledger log "
+        f"{key} --account {p.account_id}[/], [cyan]chatledger show {key} --at-version {then} "
+        f"--account {p.account_id}[/], [cyan]chatledger verify --account {p.account_id}[/]"
+    )

@@ -1,0 +1,54 @@
+"""One short human line per event: what it did (used by history views and the audit log)."""
+
+from __future__ import annotations
+
+from chatledger.domain.events import (
+    ArchiveMerged,
+    Closed,
+    CommitFailed,
+    Committed,
+    Evicted,
+    Forked,
+    MessageAdded,
+    Started,
+)
+from chatledger.domain.eventsourced import SessionEvent
+
+
+def _short(identifier: str) -> str:
+    return identifier[:8]
+
+
+def _clip(text: str, width: int = 48) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def describe_event(event: SessionEvent) -> str:
+    """A one-line, human summary of ``event``."""
+    if isinstance(event, Started):
+        return f"started {event.key!r} for tenant {event.tenant!r}"
+    if isinstance(event, Forked):
+        return (
+            f"forked from {event.origin_key!r} at version {event.origin_version} "
+            f"({len(event.buffer)} live messages, {len(event.archives)} archives)"
+        )
+    if isinstance(event, MessageAdded):
+        message = event.message
+        tool = f" [{message.tool_call.tool_name}]" if message.tool_call else ""
+        return f"{message.role}{tool}: {_clip(message.content)}"
+    if isinstance(event, Committed):
+        return f"archive {_short(event.archive.archive_id)} ← {len(event.message_ids)} messages"
+    if isinstance(event, CommitFailed):
+        return f"commit failed: {_clip(event.error)}; {event.message_count} messages stay live"
+    if isinstance(event, ArchiveMerged):
+        return (
+            f"archive {_short(event.archive.archive_id)} ← "
+            f"{len(event.source_archive_ids)} archives merged"
+        )
+    if isinstance(event, Evicted):
+        idle = f", idle {event.idle_seconds:.0f}s" if event.idle_seconds is not None else ""
+        return f"left the working set ({event.reason}{idle})"
+    if isinstance(event, Closed):
+        return "closed by the client"
+    return type(event).__name__
