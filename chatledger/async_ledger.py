@@ -8,7 +8,7 @@ session's writes ordered while other sessions proceed in parallel.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,12 +16,16 @@ from chatledger.domain.values import ClientContext, EvictionReason, Message, Pri
 from chatledger.ledger import SessionLedger
 from chatledger.results import (
     AddedMessage,
+    ChainHead,
     CommitResult,
     CommitTask,
     ContextView,
+    ImportResult,
     LedgerEvent,
     MergeResult,
+    SessionDiff,
     SessionView,
+    VerifyReport,
 )
 
 
@@ -200,6 +204,46 @@ class AsyncSessionLedger:
         self, principal: Principal, key: str, *, account_id: str | None = None
     ) -> list[LedgerEvent]:
         return await asyncio.to_thread(self.ledger.history, principal, key, account_id=account_id)
+
+    async def diff(
+        self,
+        principal: Principal,
+        key: str,
+        from_version: int,
+        to_version: int,
+        *,
+        account_id: str | None = None,
+    ) -> SessionDiff:
+        return await asyncio.to_thread(
+            self.ledger.diff, principal, key, from_version, to_version, account_id=account_id
+        )
+
+    async def fork(
+        self,
+        principal: Principal,
+        key: str,
+        at_version: int,
+        new_key: str,
+        *,
+        account_id: str | None = None,
+    ) -> SessionView:
+        return await asyncio.to_thread(
+            self.ledger.fork, principal, key, at_version, new_key, account_id=account_id
+        )
+
+    async def verify(
+        self, principal: Principal, key: str | None = None, *, anchors: Iterable[ChainHead] = ()
+    ) -> VerifyReport:
+        return await asyncio.to_thread(self.ledger.verify, principal, key, anchors=anchors)
+
+    async def export(self, principal: Principal, key: str | None = None) -> AsyncIterator[str]:
+        """The export's lines, read in a worker thread as they are consumed."""
+        lines = self.ledger.export(principal, key)
+        while (line := await asyncio.to_thread(next, lines, None)) is not None:
+            yield line
+
+    async def import_(self, lines: Iterable[str]) -> ImportResult:
+        return await asyncio.to_thread(self.ledger.import_, lines)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.ledger.close)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from chatledger import AsyncSessionLedger, SessionLedger
 from support import ALICE
@@ -52,5 +53,26 @@ def test_async_calls_do_not_block_the_event_loop(make_ledger: Callable[..., Sess
         release.set()
         added = await write
         assert added.version == 2
+
+    asyncio.run(scenario())
+
+
+def test_async_inspection_methods(
+    make_ledger: Callable[..., SessionLedger], tmp_path: Path
+) -> None:
+    """diff, fork, verify, export and import_ work through the async façade."""
+
+    async def scenario() -> None:
+        ledger = AsyncSessionLedger(make_ledger())
+        await ledger.add_message(ALICE, "s1", "user", "one")
+        await ledger.add_message(ALICE, "s1", "user", "two")
+        assert len((await ledger.diff(ALICE, "s1", 1, 3)).messages_added) == 2
+        assert len((await ledger.fork(ALICE, "s1", 2, "s1-b")).buffer) == 1
+        assert (await ledger.verify(ALICE)).ok
+        lines = [line async for line in ledger.export(ALICE)]
+        assert len(lines) == 5
+        copy = AsyncSessionLedger(SessionLedger(f"sqlite:///{tmp_path / 'copy.db'}"))
+        assert (await copy.import_(lines)).events == 4
+        await copy.close()
 
     asyncio.run(scenario())
