@@ -317,3 +317,58 @@ def test_anchored_heads_catch_events_cut_off_the_end(populated: SessionLedger) -
     assert populated.verify(ADMIN).ok  # the truncated chain is still self-consistent
     report = populated.verify(ADMIN, anchors=anchors)
     assert [i.reason for i in report.issues] == ["anchored head missing"]
+
+
+def test_import_reproduces_random_histories(
+    make_ledger: Callable[..., SessionLedger], tmp_path: Any
+) -> None:
+    """Hypothesis: for random sessions, the imported copy shows the same views and histories."""
+    import itertools
+
+    ledger = make_ledger(snapshot_interval=3)
+    counter = itertools.count()
+    steps = st.lists(
+        st.tuples(st.sampled_from(["add", "commit", "merge", "fork", "evict"]), st.integers(0, 3)),
+        min_size=1,
+        max_size=12,
+    )
+
+    @settings(
+        max_examples=15,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(steps)
+    def run(ops: list[tuple[str, int]]) -> None:
+        _execute(ledger, "DELETE FROM chatledger_events")
+        _execute(ledger, "DELETE FROM chatledger_snapshots")
+        ledger._cache.clear()
+        keys = ["a"]
+        ledger.add_message(ALICE, "a", "user", "start")
+        for op, n in ops:
+            key = keys[n % len(keys)]
+            if op == "add":
+                ledger.add_message(ALICE, key, "user", f"m{n}")
+            elif op == "commit":
+                ledger.commit(ALICE, key)
+            elif op == "merge":
+                ledger.merge_archives(ALICE, key, threshold=1)
+            elif op == "fork":
+                keys.append(f"f{len(keys)}")
+                ledger.fork(ALICE, key, 1 + n % len(ledger.history(ALICE, key)), keys[-1])
+            else:
+                ledger.evict(ALICE, key, reason="idle", idle_seconds=float(n))
+        copy = SessionLedger(f"sqlite:///{tmp_path / f'copy-{next(counter)}.db'}")
+        try:
+            copy.import_(ledger.export(ADMIN))
+            assert copy.verify(ADMIN).ok
+            for key in keys:
+                assert copy.session(ALICE, key) == ledger.session(ALICE, key)
+                assert copy.history(ALICE, key) == ledger.history(ALICE, key)
+        finally:
+            copy.close()
+        seen.update(keys)
+
+    seen: set[str] = set()
+    run()
+    assert len(seen) > 1  # forks happened: more than one session was compared
