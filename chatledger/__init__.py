@@ -36,6 +36,14 @@ from chatledger.errors import (
     UnknownSession,
 )
 from chatledger.ledger import SessionLedger
+from chatledger.registry import (
+    LiveSession,
+    RegistryConfig,
+    SessionBusyError,
+    SessionLimitError,
+    SessionRegistry,
+    UnknownSessionError,
+)
 from chatledger.results import (
     AddedMessage,
     ChainHead,
@@ -86,14 +94,19 @@ __all__ = [
     "InvalidSettings",
     "LedgerEvent",
     "LedgerSettings",
+    "LiveSession",
     "MergeRecord",
     "MergeResult",
     "Message",
     "MessageAdded",
     "Principal",
+    "RegistryConfig",
+    "SessionBusyError",
     "SessionDiff",
     "SessionEvent",
     "SessionLedger",
+    "SessionLimitError",
+    "SessionRegistry",
     "SessionView",
     "SqlArchiveStore",
     "Started",
@@ -102,6 +115,7 @@ __all__ = [
     "Summary",
     "ToolCall",
     "UnknownSession",
+    "UnknownSessionError",
     "VerifyIssue",
     "VerifyReport",
     "__version__",
