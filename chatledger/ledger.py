@@ -17,7 +17,7 @@ import random
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -78,6 +78,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _MIN_WRITE_ATTEMPTS = 5
+_KEPT_TASKS = 10_000  # finished async commit tasks remembered for task()
 
 
 def utc_now() -> datetime:
@@ -190,7 +191,10 @@ class SessionLedger:
         self._locks_guard = threading.Lock()
         self._inflight: set[UUID] = set()
         self._inflight_lock = threading.Lock()
+        # Async commit tasks by id, oldest first; finished ones beyond
+        # _KEPT_TASKS are forgotten so a long-running server does not grow.
         self._tasks: dict[str, CommitTask] = {}
+        self._finished: deque[str] = deque()
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
 
@@ -878,9 +882,13 @@ class SessionLedger:
         result = self._finish_commit(principal, pending)
         result = result.model_copy(update={"task_id": task_id})
         status = "completed" if result.status == "completed" else "failed"
-        self._tasks[task_id] = CommitTask(
-            task_id=task_id, key=pending.key, status=status, result=result
-        )
+        with self._inflight_lock:
+            self._tasks[task_id] = CommitTask(
+                task_id=task_id, key=pending.key, status=status, result=result
+            )
+            self._finished.append(task_id)
+            if len(self._finished) > _KEPT_TASKS:
+                self._tasks.pop(self._finished.popleft(), None)
 
     def _finish_commit(self, principal: Principal, pending: _PendingCommit) -> CommitResult:
         try:

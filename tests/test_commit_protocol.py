@@ -298,3 +298,20 @@ def test_failed_merge_changes_nothing(make_ledger: Callable[..., SessionLedger])
     result = ledger.merge_archives(ALICE, "s1", threshold=2)
     assert not result.merged and result.error == "summarizer exploded"
     assert (ledger.session(ALICE, "s1"), ledger.history(ALICE, "s1")) == before
+
+
+def test_finished_async_tasks_are_bounded(
+    make_ledger: Callable[..., SessionLedger], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the newest finished commit tasks are remembered, so memory stays bounded."""
+    import chatledger.ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "_KEPT_TASKS", 2)
+    ledger = make_ledger()
+    started = []
+    for i in range(3):
+        ledger.add_message(ALICE, f"s{i}", "user", "hi")
+        started.append(ledger.commit(ALICE, f"s{i}", wait=False))
+        _wait_task(ledger, started[-1])
+    assert ledger.task(started[0].task_id or "") is None
+    assert all(ledger.task(s.task_id or "") is not None for s in started[1:])
