@@ -33,14 +33,25 @@ def _key_terms(texts: Sequence[str], count: int) -> list[str]:
     return [term for term, _ in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:count]]
 
 
+def _message_count(archive: ArchiveSummary) -> int:
+    count = archive.metadata.get("message_count")
+    return count if isinstance(count, int) else len(archive.message_ids)
+
+
 class ExtractiveSummarizer:
     """Summarises by extraction: role-tagged first sentences plus key terms."""
 
-    def __init__(self, *, sentence_chars: int = 240, key_terms: int = 5) -> None:
-        if sentence_chars < 16 or key_terms < 0:
-            raise ValueError("sentence_chars must be >= 16 and key_terms >= 0")
+    def __init__(
+        self, *, sentence_chars: int = 240, key_terms: int = 5, max_overview_chars: int = 4000
+    ) -> None:
+        if sentence_chars < 16 or key_terms < 0 or max_overview_chars < sentence_chars:
+            raise ValueError(
+                "sentence_chars must be >= 16, key_terms >= 0 and "
+                "max_overview_chars >= sentence_chars"
+            )
         self.sentence_chars = sentence_chars
         self.key_terms = key_terms
+        self.max_overview_chars = max_overview_chars
 
     def summarize(self, messages: Sequence[Message]) -> Summary:
         lines = [
@@ -53,13 +64,34 @@ class ExtractiveSummarizer:
         abstract = f"{len(messages)} messages, {turns} user turns"
         if terms:
             abstract += "; key terms: " + ", ".join(terms)
-        return Summary(overview="\n".join(lines), abstract=abstract)
+        return Summary(overview=self._fit(lines), abstract=abstract)
 
     def merge(self, archives: Sequence[ArchiveSummary]) -> Summary:
-        overview = "\n".join(a.overview for a in archives if a.overview)
-        covered = sum(len(a.message_ids) for a in archives)
+        # Each source gets an equal share of the budget, so merging merges
+        # again and again never grows the overview past max_overview_chars.
+        share = max(self.sentence_chars, self.max_overview_chars // max(1, len(archives)))
+        overview = self._fit(
+            [self._fit(a.overview.splitlines(), share) for a in archives if a.overview]
+        )
+        covered = sum(_message_count(a) for a in archives)
         terms = _key_terms([a.overview for a in archives], self.key_terms)
         abstract = f"merge of {len(archives)} archives covering {covered} messages"
         if terms:
             abstract += "; key terms: " + ", ".join(terms)
         return Summary(overview=overview, abstract=abstract)
+
+    def _fit(self, lines: Sequence[str], limit: int | None = None) -> str:
+        """Whole lines, in order, while they fit in ``limit`` characters (an ellipsis if cut)."""
+        limit = self.max_overview_chars if limit is None else limit
+        kept: list[str] = []
+        used = 0
+        for line in lines:
+            if used + len(line) + (1 if kept else 0) > limit:
+                if not kept:
+                    kept.append(line[: max(0, limit - 1)] + "…")
+                elif used + 2 <= limit and kept[-1] != "…":
+                    kept.append("…")
+                break
+            kept.append(line)
+            used += len(line) + (1 if len(kept) > 1 else 0)
+        return "\n".join(kept)

@@ -364,10 +364,17 @@ class SessionLedger:
                 archive_id=new_id(),
                 overview=summary.overview,
                 abstract=summary.abstract,
-                message_ids=tuple(i for a in sources for i in a.message_ids),
+                # The covered ids stay with the source archives (ArchiveMerged
+                # names them; see ArchiveHistory.message_ids): repeating them
+                # here would make the state grow with the whole history.
+                message_ids=(),
                 tokens=estimate_tokens(summary.overview + summary.abstract),
                 created_at=now,
-                metadata={**summary.metadata, "merged_from": list(source_ids)},
+                metadata={
+                    **summary.metadata,
+                    "merged_from": list(source_ids),
+                    "message_count": sum(_covered(a) for a in sources),
+                },
             )
 
             def apply(session: Session) -> None:
@@ -999,6 +1006,12 @@ class SessionLedger:
             turn_count=session.turn_count,
             should_compress=session.should_compress(self.settings.compress_threshold),
         )
+
+
+def _covered(archive: ArchiveSummary) -> int:
+    """How many messages an archive stands for (merged archives count their sources')."""
+    count = archive.metadata.get("message_count")
+    return count if isinstance(count, int) else len(archive.message_ids)
 
 
 def _error_text(error: BaseException) -> str:

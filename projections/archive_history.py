@@ -36,6 +36,15 @@ class ArchiveHistory(BaseModel):
     def record(self, archive_id: str) -> ArchiveRecord | None:
         return next((r for r in self.records if r.summary.archive_id == archive_id), None)
 
+    def message_ids(self, archive_id: str) -> tuple[str, ...]:
+        """The messages an archive covers, following a merge back to its sources."""
+        record = self.record(archive_id)
+        if record is None:
+            return ()
+        if not record.merged_from:
+            return record.summary.message_ids
+        return tuple(i for source in record.merged_from for i in self.message_ids(source))
+
 
 def fold_archive_history(state: ArchiveHistory, event: SessionEvent) -> ArchiveHistory:
     """The archive history after ``event``."""

@@ -223,7 +223,12 @@ def test_random_operations_match_the_reference_model(
                     assert ledger.session(ALICE, key) == before
             view = ledger.session(ALICE, key)
             assert [m.id for m in view.buffer] == model.buffer
-            assert [list(a.message_ids) for a in view.archives] == model.archives
+            lineage = project(e.event for e in ledger.history(ALICE, key)).archives
+            covered = [list(lineage.message_ids(a.archive_id)) for a in view.archives]
+            assert covered == model.archives
+            assert [a.metadata.get("message_count", len(a.message_ids)) for a in view.archives] == [
+                len(ids) for ids in model.archives
+            ]
             assert (view.commit_count, view.message_count) == (model.commits, model.messages)
 
     run()
