@@ -36,6 +36,14 @@ from chatledger.errors import (
     UnknownSession,
 )
 from chatledger.ledger import SessionLedger
+from chatledger.read_models import (
+    ArchiveEntry,
+    AuditEntry,
+    ProjectionTimeout,
+    ReadModels,
+    ToolUsage,
+    WorkingSetEntry,
+)
 from chatledger.registry import (
     LiveSession,
     RegistryConfig,
@@ -69,10 +77,12 @@ __all__ = [
     "AccessDenied",
     "AddedMessage",
     "ArchiveBody",
+    "ArchiveEntry",
     "ArchiveMerged",
     "ArchiveStore",
     "ArchiveSummary",
     "AsyncSessionLedger",
+    "AuditEntry",
     "ChainHead",
     "ChatLedgerError",
     "ClientContext",
@@ -100,6 +110,8 @@ __all__ = [
     "Message",
     "MessageAdded",
     "Principal",
+    "ProjectionTimeout",
+    "ReadModels",
     "RegistryConfig",
     "SessionBusyError",
     "SessionDiff",
@@ -114,10 +126,12 @@ __all__ = [
     "Summarizer",
     "Summary",
     "ToolCall",
+    "ToolUsage",
     "UnknownSession",
     "UnknownSessionError",
     "VerifyIssue",
     "VerifyReport",
+    "WorkingSetEntry",
     "__version__",
     "estimate_tokens",
 ]

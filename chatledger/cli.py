@@ -31,6 +31,7 @@ from chatledger.domain.identity import session_id
 from chatledger.domain.values import Principal
 from chatledger.errors import ChatLedgerError, InvalidInput
 from chatledger.ledger import SessionLedger
+from chatledger.read_models_cli import register as register_read_models
 from chatledger.render import (
     archives_table,
     buffer_table,
@@ -445,6 +446,9 @@ def _holds_only(path: Path, demo_sessions: set[uuid.UUID]) -> bool:
         return {uuid.UUID(str(row[0])) for row in rows} <= demo_sessions
     except (sqlite3.Error, ValueError):
         return False  # not a chatledger database: never delete it
+
+
+register_read_models(app)
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
@@ -30,6 +30,16 @@ from eventsourcing.persistence import IntegrityError, PersistenceError
 from pydantic import ValidationError
 
 from chatledger import audit, timetravel
+
+if TYPE_CHECKING:
+    from chatledger.read_models import (
+        ArchiveEntry,
+        AuditEntry,
+        ReadModels,
+        ToolUsage,
+        WorkingSetEntry,
+        WorkingSetOrder,
+    )
 from chatledger.adapters.database import SQLAlchemyError, create_store_engine
 from chatledger.adapters.eventstore import EventStoreApplication, create_tables
 from chatledger.adapters.mapper import to_micros
@@ -196,6 +206,8 @@ class SessionLedger:
         self._tasks: dict[str, CommitTask] = {}
         self._finished: deque[str] = deque()
         self._executor: ThreadPoolExecutor | None = None
+        self._read_models: ReadModels | None = None
+        self._read_models_lock = threading.Lock()
         self._closed = False
 
     # ------------------------------------------------------------ lifecycle
@@ -206,6 +218,8 @@ class SessionLedger:
         self._closed = True
         if self._executor is not None:
             self._executor.shutdown(wait=True)
+        if self._read_models is not None:
+            self._read_models.close()
         self._app.close()
 
     def __enter__(self) -> SessionLedger:
@@ -631,6 +645,100 @@ class SessionLedger:
     def task(self, task_id: str) -> CommitTask | None:
         """A commit started with ``wait=False``; ``None`` for an unknown id."""
         return self._tasks.get(task_id)
+
+    # ---------------------------------------------------------- read models
+    @property
+    def read_models(self) -> ReadModels:
+        """The persisted read models (working set, archives, audit, usage), opened on first use."""
+        with self._read_models_lock:
+            if self._read_models is None:
+                if self._closed:
+                    raise StoreUnavailable("This ledger is closed; open a new SessionLedger.")
+                from chatledger.read_models import ReadModels
+
+                self._read_models = ReadModels(self)
+            return self._read_models
+
+    def working_set(
+        self,
+        principal: Principal,
+        *,
+        order: WorkingSetOrder = "last_activity",
+        limit: int = 100,
+        offset: int = 0,
+        include_evicted: bool = False,
+        account_id: str | None = None,
+    ) -> list[WorkingSetEntry]:
+        """Live sessions, most recently active first (members: their account; admins: all)."""
+        return self.read_models.working_set(
+            principal,
+            order=order,
+            limit=limit,
+            offset=offset,
+            include_evicted=include_evicted,
+            account_id=account_id,
+        )
+
+    def archives(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        include_merged: bool = False,
+        account_id: str | None = None,
+    ) -> list[ArchiveEntry]:
+        """Every archive of the session with its lineage (merged ones with ``include_merged``)."""
+        return self.read_models.archives(
+            principal, key, include_merged=include_merged, account_id=account_id
+        )
+
+    def audit(
+        self,
+        principal: Principal,
+        *,
+        session: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        types: Iterable[str] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        account_id: str | None = None,
+    ) -> list[AuditEntry]:
+        """One page of the audit log (one row per event, in log order), filtered."""
+        return self.read_models.audit(
+            principal,
+            session=session,
+            since=since,
+            until=until,
+            types=types,
+            limit=limit,
+            offset=offset,
+            account_id=account_id,
+        )
+
+    def usage(
+        self, principal: Principal, key: str | None = None, *, account_id: str | None = None
+    ) -> list[ToolUsage]:
+        """Tool-call counts and tokens per session and tool."""
+        return self.read_models.usage(principal, key, account_id=account_id)
+
+    def evict_idle(
+        self,
+        principal: Principal,
+        max_idle_seconds: float,
+        now: datetime | None = None,
+        *,
+        skip_pending: bool = True,
+        account_id: str | None = None,
+    ) -> list[str]:
+        """Record ``Evicted(reason="idle")`` for sessions idle longer than the limit."""
+        return self.read_models.evict_idle(
+            principal, max_idle_seconds, now, skip_pending=skip_pending, account_id=account_id
+        )
+
+    def wait_for_projections(self, position: int, timeout: float = 5.0) -> None:
+        """Return once the read models have applied ``position`` (``AddedMessage.position``)."""
+        self.read_models.wait_for_projections(position, timeout)
 
     # ------------------------------------------------------------ internals
     def _now(self) -> datetime:

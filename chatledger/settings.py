@@ -67,6 +67,13 @@ class LedgerSettings(BaseSettings):
             "plain SHA-256. Must stay the same for the life of a ledger."
         ),
     )
+    projections_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the read-model database (default: the ledger's own).",
+    )
+    projections_poll_interval: float = Field(
+        default=0.05, gt=0, description="Longest idle back-off (s) of the read-model follower."
+    )
     create_tables: bool = Field(
         default=True, description="Create missing tables on start (off for DDL-less workers)."
     )

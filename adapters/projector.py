@@ -1,0 +1,399 @@
+"""The projector: follows the event log and keeps the read models exactly once.
+
+``EventLog`` reads the store's global order (``chatledger_events.id``) in
+batches and turns rows into ``EventFacts`` (plain JSON decoding; the full
+mapper only for records the fast path cannot read: encrypted, compressed or
+older class versions). ``Projector`` applies each batch to every read model
+that has not seen it, **in one transaction with a compare-and-set of each
+model's tracking position** (``UPDATE ... SET position = new WHERE name = ?
+AND position = old AND version = ?``): the rows and the position commit
+together or not at all, so a crash never applies an event twice or skips
+one, and two projectors racing on one model cannot both apply a batch (the
+loser's update matches no row; it rolls back and re-reads).
+
+Ids are assigned in commit order by the append (``BEGIN IMMEDIATE`` on
+SQLite, ``LOCK TABLE ... IN EXCLUSIVE MODE`` on PostgreSQL), so once id N is
+visible no id below N can still appear: following "everything after my
+position" cannot miss an event committed late. Nothing here imports the
+package face; errors leave as ``chatledger.errors``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from uuid import UUID
+
+from eventsourcing.persistence import Mapper, Notification
+from eventsourcing.utils import get_topic
+from sqlalchemy import Connection, Engine, and_, select, text, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from chatledger.adapters.eventstore import events_table
+from chatledger.adapters.read_models import (
+    Identities,
+    SqlReadModel,
+    read_model_metadata,
+    tracking_table,
+)
+from chatledger.domain.errors import ChatLedgerError, InvalidInput, StoreUnavailable
+from chatledger.domain.events import EVENT_TYPES
+from chatledger.domain.eventsourced import SessionEvent
+from chatledger.projections.audit import EventFacts, facts_from_event, facts_from_json
+
+Progress = Callable[[int, int], None]
+"""Called after each batch with (events processed so far, log head at start)."""
+
+_TYPE_BY_TOPIC = {get_topic(cls): cls.__name__ for cls in EVENT_TYPES}
+_IDENTITY_CACHE = 100_000
+_decode_json = json.JSONDecoder().decode
+_DDL_LOCK_KEY = 7366524412
+
+
+@contextmanager
+def store_errors(action: str) -> Iterator[None]:
+    """Let database errors out as ``StoreUnavailable`` naming what failed."""
+    try:
+        yield
+    except SQLAlchemyError as error:
+        detail = str(getattr(error, "orig", None) or error).splitlines()[0][:300]
+        raise StoreUnavailable(
+            f"Could not {action}: {type(error).__name__}: {detail}. Check the database is "
+            "reachable and retry."
+        ) from error
+
+
+class EventLog:
+    """The ledger's notification log as ``EventFacts``, plus session identities."""
+
+    def __init__(self, engine: Engine, mapper: Mapper[UUID]) -> None:
+        self.engine = engine
+        self.mapper = mapper
+        # Encrypted or compressed states need the mapper for every record.
+        self._fast = mapper.cipher is None and mapper.compressor is None
+        self._identities: OrderedDict[UUID, tuple[str, str]] = OrderedDict()
+        self._uuids: dict[str, UUID] = {}
+
+    def head(self) -> int:
+        """The position of the newest event (0 for an empty log)."""
+        t = events_table
+        with store_errors("read the event log"), self.engine.connect() as connection:
+            value = connection.execute(select(t.c.id).order_by(t.c.id.desc()).limit(1)).scalar()
+        return 0 if value is None else int(value)
+
+    def read(self, after: int, limit: int) -> list[EventFacts]:
+        """Up to ``limit`` events after position ``after``, in log order."""
+        t = events_table
+        query = (
+            select(
+                t.c.id,
+                t.c.originator_id,
+                t.c.originator_version,
+                t.c.topic,
+                t.c.state,
+                t.c.timestamp_us,
+            )
+            .where(t.c.id > after)
+            .order_by(t.c.id)
+            .limit(limit)
+        )
+        with store_errors("read the event log"), self.engine.connect() as connection:
+            rows = connection.execute(query).all()
+        facts = [self._decode(*row) for row in rows]
+        for f in facts:
+            if f.tenant is not None and f.key is not None:
+                self._remember(f.session_id, (f.tenant, f.key))
+        return facts
+
+    def _decode(
+        self, position: int, oid: UUID, version: int, topic: str, state: bytes, ts: int
+    ) -> EventFacts:
+        type_name = _TYPE_BY_TOPIC.get(topic)
+        if self._fast and type_name is not None:
+            try:
+                data = _decode_json(bytes(state).decode())
+                if "class_version" not in data:
+                    return facts_from_json(position, oid, version, type_name, ts, data)
+            except (KeyError, TypeError, ValueError):
+                pass  # not the format this version writes: let the mapper decide
+        notification = Notification(
+            id=position,
+            originator_id=oid,
+            originator_version=version,
+            topic=topic,
+            state=bytes(state),
+        )
+        try:
+            event = self.mapper.to_domain_event(notification)
+        except Exception as error:
+            raise StoreUnavailable(
+                f"Cannot decode event {position} ({topic}): {error}. Is this chatledger "
+                "version older than the one that wrote it?"
+            ) from error
+        if not isinstance(event, SessionEvent):
+            raise StoreUnavailable(f"Event {position} ({topic}) is not a session event.")
+        return facts_from_event(event, position)
+
+    def _remember(self, sid: UUID, identity: tuple[str, str]) -> None:
+        self._identities[sid] = identity
+        self._identities.move_to_end(sid)
+        if len(self._identities) > _IDENTITY_CACHE:
+            self._identities.popitem(last=False)
+
+    def identities(self, sids: Sequence[UUID]) -> dict[UUID, tuple[str, str]]:
+        """(tenant, key) of each session, from its first event (cached; the log is the truth)."""
+        found: dict[UUID, tuple[str, str]] = {}
+        missing: list[UUID] = []
+        for sid in sids:
+            identity = self._identities.get(sid)
+            if identity is None:
+                missing.append(sid)
+            else:
+                found[sid] = identity
+        t = events_table
+        for start in range(0, len(missing), 500):
+            chunk = missing[start : start + 500]
+            query = select(
+                t.c.id,
+                t.c.originator_id,
+                t.c.originator_version,
+                t.c.topic,
+                t.c.state,
+                t.c.timestamp_us,
+            ).where(t.c.originator_id.in_(chunk), t.c.originator_version == 1)
+            with store_errors("read the event log"), self.engine.connect() as connection:
+                rows = connection.execute(query).all()
+            for row in rows:
+                f = self._decode(*row)
+                identity = (f.tenant or "", f.key or "")
+                self._remember(f.session_id, identity)
+                found[f.session_id] = identity
+        for sid in sids:
+            found.setdefault(sid, ("", ""))  # a stream without a creation event: keep going
+        return found
+
+
+class _Raced(Exception):
+    """Another projector moved a tracking position first; re-read and go on."""
+
+
+class Projector:
+    """Applies the log to read models, exactly once; catch up, follow, rebuild."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        engine: Engine,
+        models: Sequence[SqlReadModel],
+        *,
+        batch_size: int = 500,
+    ) -> None:
+        if batch_size < 1:
+            raise InvalidInput("batch_size must be >= 1.")
+        self.log = log
+        self.engine = engine
+        self.models = {m.name: m for m in models}
+        self.batch_size = batch_size
+        self._progress = threading.Condition()
+        self._positions_seen: dict[str, int] = {}
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self.last_error: ChatLedgerError | None = None
+
+    # ------------------------------------------------------------ set-up
+    def prepare(self) -> list[str]:
+        """Create missing tables; reset each model whose stored version differs (returned)."""
+        reset: list[str] = []
+        with store_errors("prepare the read models"), self.engine.begin() as connection:
+            self._ddl_lock(connection)
+            tracking_table.create(connection, checkfirst=True)
+            stored = self._read_tracking(connection)
+            for name, model in self.models.items():
+                entry = stored.get(name)
+                if entry is None or entry[0] != model.version:
+                    self._reset(connection, model, exists=entry is not None)
+                    reset.append(name)
+                else:
+                    for table in model.tables:
+                        table.create(connection, checkfirst=True)
+        return reset
+
+    def _ddl_lock(self, connection: Connection) -> None:
+        if connection.dialect.name == "postgresql":
+            # Concurrent DDL races on PostgreSQL's catalogue; serialise it.
+            connection.execute(text(f"SELECT pg_advisory_xact_lock({_DDL_LOCK_KEY})"))
+
+    def _reset(self, connection: Connection, model: SqlReadModel, *, exists: bool) -> None:
+        t = tracking_table
+        if exists:  # take the tracking row first: a running batch finishes before the drop
+            connection.execute(
+                update(t).where(t.c.name == model.name).values(version=model.version, position=0)
+            )
+        else:
+            connection.execute(
+                t.insert().values(name=model.name, version=model.version, position=0)
+            )
+        for table in reversed(model.tables):
+            table.drop(connection, checkfirst=True)
+        for table in model.tables:
+            table.create(connection)
+
+    def reset(self, names: Sequence[str]) -> None:
+        """Drop the named read models' rows (tables dropped and recreated) and rewind them to 0."""
+        unknown = [n for n in names if n not in self.models]
+        if unknown:
+            raise InvalidInput(
+                f"Unknown read model(s) {unknown}; choose from {sorted(self.models)}."
+            )
+        with store_errors("reset the read models"), self.engine.begin() as connection:
+            self._ddl_lock(connection)
+            tracking_table.create(connection, checkfirst=True)
+            stored = self._read_tracking(connection)
+            for name in self.models:  # always in the same order as batches: no deadlock
+                if name in names:
+                    self._reset(connection, self.models[name], exists=name in stored)
+
+    def rebuild(
+        self,
+        names: Sequence[str],
+        *,
+        progress: Progress | None = None,
+        batch_size: int = 5000,
+    ) -> int:
+        """Reset the named models and replay the whole log into them; returns events read."""
+        self.reset(names)
+        return self.catch_up(progress=progress, batch_size=batch_size)
+
+    # ---------------------------------------------------------- tracking
+    def _read_tracking(self, connection: Connection) -> dict[str, tuple[int, int]]:
+        t = tracking_table
+        rows = connection.execute(select(t.c.name, t.c.version, t.c.position))
+        return {name: (int(version), int(position)) for name, version, position in rows}
+
+    def positions(self) -> dict[str, int]:
+        """Each read model's tracking position (the last event applied to it)."""
+        with store_errors("read the projection positions"), self.engine.connect() as connection:
+            stored = self._read_tracking(connection)
+        positions = {}
+        for name, model in self.models.items():
+            entry = stored.get(name)
+            positions[name] = entry[1] if entry is not None and entry[0] == model.version else 0
+        return positions
+
+    # --------------------------------------------------------- processing
+    def catch_up(
+        self,
+        *,
+        progress: Progress | None = None,
+        batch_size: int | None = None,
+        max_batches: int | None = None,
+    ) -> int:
+        """Apply every pending event to every read model; returns how many events were read."""
+        size = batch_size or self.batch_size
+        head = self.log.head() if progress is not None else 0
+        total = batches = 0
+        while max_batches is None or batches < max_batches:
+            try:
+                count = self._step(size)
+            except _Raced:
+                continue
+            if count == 0:
+                break
+            total += count
+            batches += 1
+            if progress is not None:
+                progress(total, head)
+        return total
+
+    def _step(self, size: int) -> int:
+        positions = self.positions()
+        low = min(positions.values())
+        batch = self.log.read(low, size)
+        if not batch:
+            self._publish(positions)
+            return 0
+        last = batch[-1].position
+        ids: Identities = self.log.identities(list(dict.fromkeys(f.session_id for f in batch)))
+        t = tracking_table
+        with store_errors("update the read models"), self.engine.begin() as connection:
+            for name, model in self.models.items():
+                start = positions[name]
+                if start >= last:
+                    continue
+                moved = connection.execute(
+                    update(t)
+                    .where(
+                        and_(
+                            t.c.name == name,
+                            t.c.position == start,
+                            t.c.version == model.version,
+                        )
+                    )
+                    .values(position=last)
+                )
+                if moved.rowcount != 1:
+                    raise _Raced  # rolls back: nothing of this batch is kept
+                todo = batch if start <= low else [f for f in batch if f.position > start]
+                model.apply(connection, todo, ids)
+                positions[name] = last
+        self._publish(positions)
+        return len(batch)
+
+    def _publish(self, positions: dict[str, int]) -> None:
+        with self._progress:
+            self._positions_seen = dict(positions)
+            self._progress.notify_all()
+
+    # ------------------------------------------------------------- follow
+    def wake(self) -> None:
+        """Look at the log now instead of at the end of the current back-off."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Ask ``run`` to return (it finishes the batch in progress first)."""
+        self._stopping.set()
+        self._wake.set()
+
+    def run(self, *, min_interval: float = 0.002, max_interval: float = 0.05) -> None:
+        """Follow the log until ``stop()``: poll, backing off from min to max while idle."""
+        self._stopping.clear()
+        delay = min_interval
+        while not self._stopping.is_set():
+            try:
+                count = self.catch_up()
+                self.last_error = None
+            except ChatLedgerError as error:  # e.g. the database restarts: keep trying
+                self.last_error = error
+                count = 0
+                delay = max_interval
+            if count:
+                delay = min_interval
+                continue
+            woken = self._wake.wait(delay)
+            self._wake.clear()
+            delay = min_interval if woken else min(delay * 2, max_interval)
+
+    def wait(self, position: int, timeout: float) -> bool:
+        """Block until every read model has applied ``position`` (True) or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        with self._progress:
+            while True:
+                seen = self._positions_seen
+                if seen and min(seen.values()) >= position:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._progress.wait(min(remaining, 0.05))
+
+
+def create_read_model_tables(engine: Engine) -> None:
+    """Create every read-model table (no tracking reset); for migrations and tools."""
+    with store_errors("create the read-model tables"), engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(text(f"SELECT pg_advisory_xact_lock({_DDL_LOCK_KEY})"))
+        read_model_metadata.create_all(connection, checkfirst=True)

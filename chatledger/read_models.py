@@ -1,0 +1,542 @@
+"""``ReadModels``: the persisted working set, archive history, audit log and usage.
+
+Built from a ``SessionLedger`` (its event store and mapper) and kept up to
+date by a projector (``chatledger.adapters.projector``) that applies every
+event exactly once. Read models live in the ledger's database by default or
+in another one (``url=`` / setting ``projections_url``). They are eventually
+consistent: call ``catch_up()``, ``start()`` a follower thread, or run
+``python -m chatledger.projector --follow`` in another process; use
+``wait_for_projections(position)`` to read your own writes. Queries apply the
+ledger's tenant rule (members see their account, admins any) and return
+frozen pydantic rows. Also here: ``evict_idle``, which records ``Evicted``
+events for sessions idle longer than a limit.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from sqlalchemy import Engine
+
+from chatledger.adapters.database import create_store_engine
+from chatledger.adapters.projector import EventLog, Progress, Projector, store_errors
+from chatledger.adapters.read_models import (
+    READ_MODEL_NAMES,
+    READ_MODELS,
+    query_archives,
+    query_audit,
+    query_idle,
+    query_usage,
+    query_working_set,
+)
+from chatledger.domain.errors import (
+    AccessDenied,
+    ChatLedgerError,
+    ConcurrencyConflict,
+    InvalidInput,
+    StoreUnavailable,
+    UnknownSession,
+)
+from chatledger.domain.identity import session_id, validate_key
+from chatledger.domain.values import Principal
+from chatledger.projections.audit import EVENT_NAMES, from_micros, to_micros
+
+if TYPE_CHECKING:
+    from chatledger.ledger import SessionLedger
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+WorkingSetOrder = Literal["last_activity", "created", "key"]
+SessionStatus = Literal["live", "evicted"]
+DEFAULT_POLL_INTERVAL = 0.05
+MAX_PAGE = 10_000
+
+
+class ProjectionTimeout(StoreUnavailable):
+    """The read models did not reach the requested position in time."""
+
+
+# ------------------------------------------------------------------ results
+class Row(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class WorkingSetEntry(Row):
+    """One session of the working set: who started it, its counters, when it was last active."""
+
+    session_id: UUID
+    account_id: str
+    user_id: str
+    agent_id: str
+    session_key: str
+    created_at: datetime
+    last_activity_at: datetime
+    message_count: int
+    pending_tokens: int
+    turn_count: int
+    commit_count: int
+    archive_count: int
+    last_commit_at: datetime | None
+    status: SessionStatus
+    version: int
+
+
+class ArchiveEntry(Row):
+    """One archive of a session, live or merged into another, with its lineage."""
+
+    session_id: UUID
+    account_id: str
+    session_key: str
+    archive_id: str
+    overview: str
+    abstract: str
+    message_ids: tuple[str, ...]
+    tokens: int
+    created_at: datetime
+    position: int
+    version: int
+    merged_into: str | None
+    merged_from: tuple[str, ...]
+    live: bool
+
+
+class AuditEntry(Row):
+    """One recorded event: where in the log, which session and version, who, when, what."""
+
+    position: int
+    session_id: UUID
+    account_id: str
+    session_key: str
+    version: int
+    event_type: str
+    actor: Principal
+    timestamp: datetime
+    summary: str
+
+
+class ToolUsage(Row):
+    """Calls of one tool in one session, their outcomes and tokens."""
+
+    session_id: UUID
+    account_id: str
+    session_key: str
+    tool_name: str
+    call_count: int
+    success_count: int
+    fail_count: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+def _public(method: Callable[P, R]) -> Callable[P, R]:
+    """Let only ``chatledger.errors`` out."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except ChatLedgerError:
+            raise
+        except ValidationError as error:
+            raise InvalidInput(f"Invalid input: {error.errors()[0]['msg']}.") from None
+
+    return wrapper
+
+
+def _page(limit: object, offset: object) -> tuple[int, int]:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"limit must be an integer from 1 to {MAX_PAGE}.")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidInput("offset must be a non-negative integer.")
+    return limit, offset
+
+
+def _aware(moment: object, what: str) -> datetime:
+    if not isinstance(moment, datetime) or moment.tzinfo is None:
+        raise InvalidInput(f"{what} must be a timezone-aware datetime.")
+    return moment
+
+
+def _times(row: dict[str, Any], **columns: str) -> dict[str, Any]:
+    """``row`` with ``*_us`` columns turned into datetimes under new names."""
+    out = dict(row)
+    for name, column in columns.items():
+        value = out.pop(column)
+        out[name] = None if value is None else from_micros(value)
+    return out
+
+
+class ReadModels:
+    """Persisted, rebuildable read models of one ledger (see the module docstring)."""
+
+    def __init__(
+        self,
+        ledger: SessionLedger,
+        *,
+        url: str | None = None,
+        batch_size: int = 500,
+        poll_interval: float | None = None,
+    ) -> None:
+        self._ledger = ledger
+        settings = ledger.settings
+        url = url if url is not None else getattr(settings, "projections_url", None)
+        poll = poll_interval or getattr(settings, "projections_poll_interval", None)
+        self.poll_interval: float = float(poll or DEFAULT_POLL_INTERVAL)
+        if self.poll_interval <= 0:
+            raise InvalidInput("poll_interval must be > 0 seconds.")
+        store = ledger._app.event_recorder.engine
+        self._own_engine: Engine | None = None
+        engine = store
+        if url is not None and url != str(settings.url):
+            engine = self._own_engine = create_store_engine(
+                url, synchronous=settings.sqlite_synchronous, busy_timeout=settings.busy_timeout
+            )
+        self._projector = Projector(
+            EventLog(store, ledger._app.mapper),
+            engine,
+            [model() for model in READ_MODELS],
+            batch_size=batch_size,
+        )
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        try:
+            self.reset_on_start: tuple[str, ...] = tuple(self._projector.prepare())
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Stop the follower thread (if any) and release a separate read-model database."""
+        if self._closed:
+            return
+        self._closed = True
+        self.stop()
+        if self._own_engine is not None:
+            self._own_engine.dispose()
+
+    def __enter__(self) -> ReadModels:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The read models, in the order batches update them."""
+        return READ_MODEL_NAMES
+
+    @property
+    def engine(self) -> Engine:
+        """The database holding the read models (the ledger's, unless a URL was given)."""
+        return self._projector.engine
+
+    # ----------------------------------------------------------- processing
+    @_public
+    def catch_up(self, *, progress: Progress | None = None) -> int:
+        """Apply every event recorded so far to every read model; returns how many were read."""
+        return self._projector.catch_up(progress=progress)
+
+    @_public
+    def rebuild(self, name: str | None = None, *, progress: Progress | None = None) -> int:
+        """Drop one read model (or all, ``name=None``) and replay the whole log into it."""
+        names = list(READ_MODEL_NAMES) if name is None else [name]
+        return self._projector.rebuild(names, progress=progress)
+
+    @_public
+    def positions(self) -> dict[str, int]:
+        """The last log position each read model has applied."""
+        return self._projector.positions()
+
+    @_public
+    def head(self) -> int:
+        """The position of the newest event in the ledger."""
+        return self._projector.log.head()
+
+    def start(self) -> None:
+        """Follow the log in a daemon thread until ``stop()``/``close()`` (idempotent)."""
+        if self._closed:
+            raise StoreUnavailable("These read models are closed; make new ones.")
+        if self.running:
+            return
+        self._thread = threading.Thread(
+            target=self._projector.run,
+            kwargs={"max_interval": self.poll_interval},
+            name="chatledger-projector",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def run(self) -> None:
+        """Follow the log in this thread until ``stop()`` is called from another one."""
+        self._projector.run(max_interval=self.poll_interval)
+
+    def stop(self) -> None:
+        """Stop following (the batch in progress completes first)."""
+        self._projector.stop()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    @property
+    def running(self) -> bool:
+        """Whether a follower thread of this object is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def last_error(self) -> ChatLedgerError | None:
+        """The error of the follower's last attempt, if it failed (it keeps retrying)."""
+        return self._projector.last_error
+
+    @_public
+    def wait_for_projections(self, position: int, timeout: float = 5.0) -> None:
+        """Return once every read model has applied the event at ``position``.
+
+        ``position`` is ``AddedMessage.position`` (or any log position). With a
+        follower thread running this wakes it and waits; otherwise it catches
+        up in the calling thread. Raises ``ProjectionTimeout`` after ``timeout``.
+        """
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise InvalidInput("position must be a non-negative integer (AddedMessage.position).")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            raise InvalidInput("timeout must be a non-negative number of seconds.")
+        deadline = time.monotonic() + timeout
+        if self.running:
+            self._projector.wake()
+            if self._projector.wait(position, timeout):
+                return
+        else:
+            while True:
+                self._projector.catch_up()
+                if min(self._projector.positions().values()) >= position:
+                    return
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
+        raise ProjectionTimeout(
+            f"The read models did not reach position {position} within {timeout}s "
+            f"(they are at {self._projector.positions()}); is the projector running? "
+            "Start one (ReadModels.start() or `chatledger project --follow`) or wait longer."
+        )
+
+    # -------------------------------------------------------------- queries
+    def _account(self, principal: Principal, account_id: str | None) -> str | None:
+        """The account a query is limited to (``None``: all, for admins only)."""
+        if not isinstance(principal, Principal):
+            raise InvalidInput("principal must be a chatledger Principal.")
+        if account_id is not None:
+            validate_key(account_id, what="account id")
+            if account_id != principal.account_id and not principal.is_admin:
+                raise AccessDenied(
+                    f"Principal of account {principal.account_id!r} may not read account "
+                    f"{account_id!r}; only admins may name another account."
+                )
+            return account_id
+        return None if principal.is_admin else principal.account_id
+
+    def _session(self, principal: Principal, key: str, account_id: str | None) -> UUID:
+        tenant = self._account(principal, account_id) or principal.account_id
+        return session_id(tenant, validate_key(key))
+
+    @_public
+    def working_set(
+        self,
+        principal: Principal,
+        *,
+        order: WorkingSetOrder = "last_activity",
+        limit: int = 100,
+        offset: int = 0,
+        include_evicted: bool = False,
+        account_id: str | None = None,
+    ) -> list[WorkingSetEntry]:
+        """Live sessions (all with ``include_evicted``), most recently active first."""
+        if order not in ("last_activity", "created", "key"):
+            raise InvalidInput("order must be 'last_activity', 'created' or 'key'.")
+        limit, offset = _page(limit, offset)
+        account = self._account(principal, account_id)
+        with store_errors("read the working set"), self.engine.connect() as connection:
+            rows = query_working_set(
+                connection,
+                account_id=account,
+                include_evicted=bool(include_evicted),
+                order=order,
+                limit=limit,
+                offset=offset,
+            )
+        return [WorkingSetEntry.model_validate(_ws_fields(row)) for row in rows]
+
+    @_public
+    def archives(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        include_merged: bool = False,
+        account_id: str | None = None,
+    ) -> list[ArchiveEntry]:
+        """The session's archives, oldest first; merged ones too with ``include_merged``."""
+        sid = self._session(principal, key, account_id)
+        with store_errors("read the archive history"), self.engine.connect() as connection:
+            rows = query_archives(connection, session_id=sid, include_merged=bool(include_merged))
+        return [ArchiveEntry.model_validate(_times(r, created_at="created_at_us")) for r in rows]
+
+    @_public
+    def audit(
+        self,
+        principal: Principal,
+        *,
+        session: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        types: Iterable[str] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        account_id: str | None = None,
+    ) -> list[AuditEntry]:
+        """Recorded events in log order, one page; ``since`` inclusive, ``until`` exclusive."""
+        limit, offset = _page(limit, offset)
+        account = self._account(principal, account_id)
+        sid = None if session is None else self._session(principal, session, account_id)
+        type_list: list[str] | None = None
+        if types is not None:
+            if isinstance(types, str):
+                types = [types]
+            type_list = list(types)
+            unknown = sorted(set(type_list) - EVENT_NAMES)
+            if unknown:
+                raise InvalidInput(f"Unknown event types {unknown}; use {sorted(EVENT_NAMES)}.")
+        since_us = None if since is None else to_micros(_aware(since, "since"))
+        until_us = None if until is None else to_micros(_aware(until, "until"))
+        with store_errors("read the audit log"), self.engine.connect() as connection:
+            rows = query_audit(
+                connection,
+                account_id=account,
+                session_id=sid,
+                since_us=since_us,
+                until_us=until_us,
+                types=type_list,
+                limit=limit,
+                offset=offset,
+            )
+        return [_audit_entry(row) for row in rows]
+
+    @_public
+    def usage(
+        self, principal: Principal, key: str | None = None, *, account_id: str | None = None
+    ) -> list[ToolUsage]:
+        """Tool usage per session and tool (one session with ``key``)."""
+        account = self._account(principal, account_id)
+        sid = None if key is None else self._session(principal, key, account_id)
+        with store_errors("read tool usage"), self.engine.connect() as connection:
+            rows = query_usage(connection, account_id=account, session_id=sid)
+        return [ToolUsage.model_validate(row) for row in rows]
+
+    # ------------------------------------------------------------- eviction
+    @_public
+    def evict_idle(
+        self,
+        principal: Principal,
+        max_idle_seconds: float,
+        now: datetime | None = None,
+        *,
+        skip_pending: bool = True,
+        account_id: str | None = None,
+    ) -> list[str]:
+        """Record ``Evicted(reason="idle")`` for live sessions idle longer than the limit.
+
+        Members evict within their account, admins across accounts (or in
+        ``account_id``). Each event is recorded in the session's own tenant
+        with the caller as actor. Skipped: sessions with a commit in flight in
+        this ledger, and, with ``skip_pending`` (the default), sessions with
+        uncommitted messages. Returns the evicted keys ordered by (account, key).
+        """
+        if (
+            isinstance(max_idle_seconds, bool)
+            or not isinstance(max_idle_seconds, int | float)
+            or max_idle_seconds < 0
+        ):
+            raise InvalidInput("max_idle_seconds must be a non-negative number.")
+        account = self._account(principal, account_id)
+        moment = self._ledger._now() if now is None else _aware(now, "now")
+        cutoff = moment - timedelta(seconds=max_idle_seconds)
+        self._projector.catch_up()  # decide on the newest state we can see
+        with store_errors("read the working set"), self.engine.connect() as connection:
+            candidates = query_idle(connection, account_id=account, before_us=to_micros(cutoff))
+        evicted: list[str] = []
+        for row in candidates:
+            if skip_pending and row["pending_tokens"] > 0:
+                continue
+            if self._evict_if_idle(principal, row, moment, cutoff, skip_pending):
+                evicted.append(row["session_key"])
+        return evicted
+
+    def _in_flight(self, sid: UUID) -> bool:
+        ledger = self._ledger
+        with ledger._inflight_lock:
+            return sid in ledger._inflight
+
+    def _evict_if_idle(
+        self,
+        principal: Principal,
+        row: dict[str, Any],
+        moment: datetime,
+        cutoff: datetime,
+        skip_pending: bool,
+    ) -> bool:
+        tenant, key, sid = row["account_id"], row["session_key"], row["session_id"]
+        if self._in_flight(sid):
+            return False
+        ledger = self._ledger
+        try:
+            # The read model may lag: confirm on the session itself before recording.
+            view = ledger.session(principal, key, account_id=tenant)
+            if view.evicted or view.updated_at > cutoff or (skip_pending and view.buffer):
+                return False
+            if self._in_flight(sid):
+                return False
+            idle = (moment - from_micros(row["last_activity_us"])).total_seconds()
+            ledger.evict(
+                principal, key, reason="idle", idle_seconds=max(0.0, idle), account_id=tenant
+            )
+        except (UnknownSession, ConcurrencyConflict):
+            return False
+        return True
+
+
+def _ws_fields(row: dict[str, Any]) -> dict[str, Any]:
+    return _times(
+        row,
+        created_at="created_at_us",
+        last_activity_at="last_activity_us",
+        last_commit_at="last_commit_us",
+    )
+
+
+def _audit_entry(row: dict[str, Any]) -> AuditEntry:
+    actor = Principal.model_construct(
+        account_id=row["actor_account"],
+        user_id=row["actor_user"],
+        agent_id=row["actor_agent"],
+        role=row["actor_role"],
+        trace_id=row["trace_id"],
+    )
+    return AuditEntry(
+        position=row["position"],
+        session_id=row["session_id"],
+        account_id=row["account_id"],
+        session_key=row["session_key"],
+        version=row["version"],
+        event_type=row["event_type"],
+        actor=actor,
+        timestamp=from_micros(row["timestamp_us"]),
+        summary=row["summary"],
+    )

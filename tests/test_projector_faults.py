@@ -1,0 +1,199 @@
+"""Exactly once under crashes: a projector process is SIGKILLed at random points of a catch-up.
+
+Each trial appends more history, starts ``python -m chatledger.projector
+--progress`` with a random batch size, waits for a random number of committed
+batches plus a random few milliseconds (so most kills land inside a batch
+transaction), and kills it. After every kill each read model must hold
+exactly the events up to its tracking position (no duplicated, no missing
+audit rows); after the last one a normal catch-up must leave rows equal to a
+fresh rebuild. ``CHATLEDGER_FAULT_SEED`` replays a failing run.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+import pytest
+from sqlalchemy import text
+
+from chatledger import Principal, SessionLedger, UnknownSession
+from chatledger.adapters.read_models import READ_MODEL_NAMES, dump_rows
+from chatledger.read_models import ReadModels
+from support import ADMIN, ALICE, BOB
+
+LINE_TIMEOUT = 60.0
+TOOLS = (
+    {"tool_name": "search", "prompt_tokens": 7, "completion_tokens": 3},
+    {"tool_name": "fetch"},
+)
+
+
+def seed() -> int:
+    return int(os.environ.get("CHATLEDGER_FAULT_SEED", random.randrange(1 << 30)))
+
+
+def grow(ledger: SessionLedger, rng: random.Random, events: int) -> None:
+    """Append roughly ``events`` events: messages (some tool calls), commits, merges, evictions."""
+    appended = 0
+    while appended < events:
+        who = rng.choice([ALICE, BOB])
+        key = f"s{rng.randrange(8)}"
+        roll = rng.random()
+        if not _exists(ledger, who, key):
+            roll = 1.0  # only messages start sessions
+        if roll < 0.1:
+            appended += ledger.commit(who, key).archived
+        elif roll < 0.13:
+            appended += ledger.merge_archives(who, key, threshold=1, max_count=2).merged
+        elif roll < 0.16:
+            ledger.evict(ADMIN, key, account_id=who.account_id)
+            appended += 1
+        else:
+            count = rng.randint(1, 12)
+            messages = [
+                {
+                    "role": rng.choice(["user", "assistant", "tool"]),
+                    "content": "x" * rng.randint(1, 90),
+                }
+                | ({"tool_call": rng.choice(TOOLS)} if rng.random() < 0.3 else {})
+                for _ in range(count)
+            ]
+            ledger.add_messages(who, key, messages)
+            appended += count
+
+
+def _exists(ledger: SessionLedger, who: Principal, key: str) -> bool:
+    try:
+        ledger.session(who, key)
+    except UnknownSession:
+        return False
+    return True
+
+
+def lines_of(stream: IO[str]) -> queue.Queue[str | None]:
+    """The stream's lines, read by a thread (``None`` at end of stream)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:
+            lines.put(line.strip())
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def next_line(lines: queue.Queue[str | None], context: str) -> str | None:
+    try:
+        return lines.get(timeout=LINE_TIMEOUT)
+    except queue.Empty:
+        pytest.fail(f"the projector said nothing for {LINE_TIMEOUT}s ({context})")
+
+
+def kill_during_catch_up(url: str, cwd: Path, rng: random.Random, context: str) -> bool:
+    """Run a projector, SIGKILL it at a random point; True if it died before finishing."""
+    batch = rng.randint(2, 40)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "chatledger.projector",
+            "--url",
+            url,
+            "--progress",
+            "--batch-size",
+            str(batch),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
+    assert process.stdout is not None
+    lines = lines_of(process.stdout)
+    finished = False
+    try:
+        first = next_line(lines, context)
+        assert first is not None and first.startswith("READY"), (first, context)
+        for _ in range(rng.randint(0, 5)):
+            line = next_line(lines, context)
+            if line is None or line.startswith("DONE"):
+                finished = True
+                break
+        time.sleep(rng.uniform(0, 0.03))  # into the next batch's transaction, usually
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL or finished, process.stderr
+    return not finished
+
+
+def events_up_to(ledger: SessionLedger, position: int) -> int:
+    with ledger._app.event_recorder.engine.connect() as connection:
+        query = text("SELECT COUNT(*) FROM chatledger_events WHERE id <= :p")
+        return int(connection.execute(query, {"p": position}).scalar_one())
+
+
+def assert_exactly_up_to_positions(ledger: SessionLedger, models: ReadModels, context: str) -> None:
+    """Audit holds one row per event up to its position: none twice, none missing."""
+    position = models.positions()["audit"]
+    with models.engine.connect() as connection:
+        rows = connection.execute(text("SELECT position FROM chatledger_audit")).scalars().all()
+    assert len(rows) == len(set(rows)), f"duplicated audit rows ({context})"
+    assert len(rows) == events_up_to(ledger, position), f"audit rows != events ({context})"
+    assert not rows or max(rows) <= position, context
+
+
+def snapshot(models: ReadModels) -> dict[str, object]:
+    with models.engine.connect() as connection:
+        return {name: dump_rows(connection, name) for name in READ_MODEL_NAMES}
+
+
+def run_trials(url: str, cwd: Path, trials: int) -> None:
+    chosen = seed()
+    rng = random.Random(chosen)
+    ledger = SessionLedger(url)
+    models = ReadModels(ledger)
+    try:
+        killed = 0
+        for trial in range(trials):
+            context = f"seed {chosen}, trial {trial}"
+            grow(ledger, rng, rng.randint(150, 400))
+            killed += kill_during_catch_up(url, cwd, rng, context)
+            assert_exactly_up_to_positions(ledger, models, context)
+        assert killed >= trials // 2, f"most kills should land mid-catch-up (seed {chosen})"
+        models.catch_up()
+        recovered = snapshot(models)
+        assert min(models.positions().values()) == models.head()
+        assert_exactly_up_to_positions(ledger, models, f"seed {chosen}, recovered")
+        models.rebuild()
+        assert snapshot(models) == recovered, (
+            f"recovered rows differ from a rebuild (seed {chosen})"
+        )
+    finally:
+        models.close()
+        ledger.close()
+
+
+def test_killed_projector_resumes_without_duplicates_or_gaps(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A few SIGKILLs mid-catch-up: every model stays exact, and recovery equals a rebuild."""
+    run_trials(database_url, tmp_path, trials=4)
+
+
+@pytest.mark.slow
+def test_killed_projector_resumes_without_duplicates_or_gaps_many_times(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Twenty-five SIGKILLs at random points of catch-up leave read models equal to a rebuild."""
+    run_trials(database_url, tmp_path, trials=25)

@@ -1,0 +1,712 @@
+"""Persisted read models: working set, archive history, audit log, usage, idle eviction.
+
+Every test runs on SQLite and PostgreSQL. The service is used directly
+(``ReadModels(ledger)``); catch-up is explicit unless a test starts the
+follower thread. The hypothesis test pins the core promise: replaying the
+whole log in one go (a rebuild) gives exactly the rows that incremental
+processing in arbitrary small batches gave, and both agree with the aggregate.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+from typer.testing import CliRunner
+
+from chatledger import (
+    AccessDenied,
+    Evicted,
+    InvalidInput,
+    Principal,
+    SessionLedger,
+    StoreUnavailable,
+)
+from chatledger.adapters.read_models import READ_MODEL_NAMES, WorkingSetModel, dump_rows
+from chatledger.domain.identity import session_id
+from chatledger.domain.session import Session
+from chatledger.projections.audit import facts_from_event
+from chatledger.read_models import ProjectionTimeout, ReadModels
+from chatledger.read_models_cli import register
+from support import ADMIN, ALICE, BOB, FixedClock, FlakySummarizer
+
+SEARCH = {"tool_name": "search", "prompt_tokens": 10, "completion_tokens": 5}
+
+
+@pytest.fixture
+def open_models() -> Iterator[Callable[..., ReadModels]]:
+    """Open ReadModels on a ledger (closed at the end of the test)."""
+    opened: list[ReadModels] = []
+
+    def make(ledger: SessionLedger, **kwargs: Any) -> ReadModels:
+        models = ReadModels(ledger, **kwargs)
+        opened.append(models)
+        return models
+
+    yield make
+    for models in opened:
+        models.close()
+
+
+@pytest.fixture
+def models(ledger: SessionLedger, open_models: Callable[..., ReadModels]) -> ReadModels:
+    """Read models of the test ledger, in its own database."""
+    return open_models(ledger)
+
+
+def snapshot(models: ReadModels) -> dict[str, Any]:
+    """Every row of every read model, sorted."""
+    with models.engine.connect() as connection:
+        return {name: dump_rows(connection, name) for name in READ_MODEL_NAMES}
+
+
+def event_count(ledger: SessionLedger) -> int:
+    with ledger._app.event_recorder.engine.connect() as connection:
+        return int(connection.execute(text("SELECT COUNT(*) FROM chatledger_events")).scalar_one())
+
+
+# ------------------------------------------------------------- working set
+def test_working_set_lists_live_sessions_most_recently_active_first(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """Sessions come newest activity first; touching an old one moves it to the top."""
+    for key in ("s1", "s2", "s3"):
+        ledger.add_message(ALICE, key, "user", f"hello {key}")
+    ledger.add_message(ALICE, "s1", "assistant", "back again")
+    models.catch_up()
+    rows = models.working_set(ALICE)
+    assert [r.session_key for r in rows] == ["s1", "s3", "s2"]
+    assert [r.session_key for r in models.working_set(ALICE, order="created")] == [
+        "s3",
+        "s2",
+        "s1",
+    ]
+    assert [r.session_key for r in models.working_set(ALICE, order="key")] == ["s1", "s2", "s3"]
+    assert [r.session_key for r in models.working_set(ALICE, limit=1, offset=1)] == ["s3"]
+
+
+def test_working_set_row_matches_the_session(ledger: SessionLedger, models: ReadModels) -> None:
+    """Counters, tokens, turns, commits, archives and times equal the aggregate's."""
+    ledger.add_messages(
+        ALICE,
+        "s",
+        [{"role": "user", "content": "x" * 40}, {"role": "assistant", "content": "y" * 80}],
+    )
+    ledger.commit(ALICE, "s")
+    ledger.add_message(ALICE, "s", "user", "z" * 12)
+    models.catch_up()
+    (row,) = models.working_set(ALICE)
+    view = ledger.session(ALICE, "s")
+    assert (row.account_id, row.user_id, row.agent_id) == ("acme", "alice", "support-bot")
+    assert row.session_id == view.session_id
+    assert row.message_count == view.message_count == 3
+    assert row.pending_tokens == view.pending_tokens == 3
+    assert row.turn_count == view.turn_count == 1
+    assert row.commit_count == row.archive_count == 1
+    assert row.last_commit_at == view.last_commit_at
+    assert row.created_at == view.created_at
+    assert row.last_activity_at == view.updated_at
+    assert row.status == "live"
+    assert row.version == view.version
+
+
+def test_members_see_their_account_and_admins_see_all(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """Tenant filtering: a member lists only its account; an admin lists every account."""
+    ledger.add_message(ALICE, "a", "user", "hi")
+    ledger.add_message(BOB, "b", "user", "hi")
+    models.catch_up()
+    assert [r.account_id for r in models.working_set(ALICE)] == ["acme"]
+    assert [r.account_id for r in models.working_set(BOB)] == ["globex"]
+    assert sorted(r.account_id for r in models.working_set(ADMIN)) == ["acme", "globex"]
+    assert [r.session_key for r in models.working_set(ADMIN, account_id="globex")] == ["b"]
+    with pytest.raises(AccessDenied):
+        models.working_set(ALICE, account_id="globex")
+
+
+def test_bad_query_arguments_are_invalid_input(models: ReadModels) -> None:
+    """Bad pages, orders, datetimes and event types raise InvalidInput, never a driver error."""
+    with pytest.raises(InvalidInput):
+        models.working_set(ALICE, limit=0)
+    with pytest.raises(InvalidInput):
+        models.working_set(ALICE, order="size")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        models.audit(ALICE, since=ledger_time().replace(tzinfo=None))
+    with pytest.raises(InvalidInput):
+        models.audit(ALICE, types=["Exploded"])
+    with pytest.raises(InvalidInput):
+        models.rebuild("nonsense")
+    with pytest.raises(InvalidInput):
+        models.wait_for_projections(-1)
+
+
+def ledger_time() -> Any:
+    return FixedClock().now
+
+
+# --------------------------------------------------------- archive history
+def test_archive_history_keeps_merged_archives_with_lineage(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """Live archives equal the session's; merged ones stay, pointing to their merge."""
+    for n in range(3):
+        ledger.add_message(ALICE, "s", "user", f"message {n}")
+        ledger.commit(ALICE, "s")
+    merge = ledger.merge_archives(ALICE, "s", threshold=1, max_count=2)
+    assert merge.merged
+    models.catch_up()
+    live = models.archives(ALICE, "s")
+    assert [a.archive_id for a in live] == [
+        a.archive_id for a in ledger.session(ALICE, "s").archives
+    ]
+    everything = {a.archive_id: a for a in models.archives(ALICE, "s", include_merged=True)}
+    assert len(everything) == 4
+    assert everything[merge.archive_id or ""].merged_from == merge.source_archive_ids
+    for source in merge.source_archive_ids:
+        assert everything[source].merged_into == merge.archive_id
+        assert not everything[source].live
+    assert everything[merge.archive_id or ""].message_ids == tuple(
+        i for s in merge.source_archive_ids for i in everything[s].message_ids
+    )
+    assert models.archives(BOB, "s") == []  # same key, other tenant: another session
+
+
+@pytest.mark.skipif(not hasattr(SessionLedger, "fork"), reason="the ledger has no fork yet")
+def test_a_fork_starts_with_the_origins_buffer_counters_and_archives(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """A forked session enters the working set with the origin's state as of the fork."""
+    ledger.add_message(ALICE, "origin", "user", "one")
+    ledger.commit(ALICE, "origin")
+    ledger.add_message(ALICE, "origin", "user", "two two two two")
+    version = ledger.session(ALICE, "origin").version
+    ledger.fork(ALICE, "origin", version, "copy")
+    models.catch_up()
+    rows = {r.session_key: r for r in models.working_set(ALICE)}
+    view = ledger.session(ALICE, "copy")
+    copy = rows["copy"]
+    assert (copy.message_count, copy.pending_tokens, copy.turn_count) == (
+        view.message_count,
+        view.pending_tokens,
+        view.turn_count,
+    )
+    assert (copy.commit_count, copy.archive_count) == (view.commit_count, view.archive_count)
+    assert [a.archive_id for a in models.archives(ALICE, "copy")] == [
+        a.archive_id for a in view.archives
+    ]
+    assert models.audit(ALICE, session="copy")[0].summary.startswith("forked from 'origin'")
+    assert models.usage(ALICE, "copy") == []
+
+
+# ---------------------------------------------------------------- audit log
+def test_audit_has_one_row_per_event_with_actor_and_summary(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """Each event has one audit row: its position, version, type, actor, time and a summary."""
+    ledger.add_message(ALICE, "s", "user", "hello")
+    ledger.commit(ALICE, "s")
+    ledger.evict(ADMIN, "s", account_id="acme")
+    models.catch_up()
+    rows = models.audit(ALICE)
+    history = ledger.history(ALICE, "s")
+    assert [(r.version, r.event_type, r.timestamp) for r in rows] == [
+        (e.version, e.type, e.timestamp) for e in history
+    ]
+    assert [r.position for r in rows] == sorted({r.position for r in rows})
+    assert rows[-1].actor.trace_id == "adm" and rows[-1].actor.account_id == "ops"
+    assert rows[-1].account_id == "acme" and rows[-1].session_key == "s"
+    assert rows[0].summary == "started session 's' in account 'acme'"
+    assert rows[1].summary.startswith("user message ")
+    assert rows[2].summary.startswith("committed 1 message into archive ")
+    assert rows[3].summary == "evicted (admin)"
+
+
+def test_audit_filters_by_session_time_and_type_and_pages(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """Audit queries filter by session, [since, until), event types, and page by offset."""
+    for key in ("a", "b"):
+        ledger.add_messages(ALICE, key, [{"role": "user", "content": str(n)} for n in range(3)])
+    ledger.add_message(BOB, "a", "user", "not yours")
+    models.catch_up()
+    only_a = models.audit(ALICE, session="a")
+    assert {r.session_key for r in only_a} == {"a"} and len(only_a) == 4
+    assert len(models.audit(ALICE)) == 8
+    added = models.audit(ALICE, types=["MessageAdded"])
+    assert len(added) == 6
+    middle = added[2].timestamp
+    assert all(r.timestamp >= middle for r in models.audit(ALICE, since=middle))
+    assert all(r.timestamp < middle for r in models.audit(ALICE, until=middle))
+    pages = [models.audit(ALICE, limit=3, offset=n) for n in (0, 3, 6)]
+    assert [r.position for page in pages for r in page] == [r.position for r in models.audit(ALICE)]
+    assert {r.account_id for r in models.audit(ADMIN)} == {"acme", "globex"}
+    assert {r.account_id for r in models.audit(BOB)} == {"globex"}
+
+
+# -------------------------------------------------------------------- usage
+def test_usage_counts_tool_calls_and_merges_across_batches(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """Calls, outcomes and tokens per tool add up; later batches merge into stored totals."""
+    ledger.add_message(ALICE, "s", "tool", "r1", tool_call=SEARCH)
+    ledger.add_message(ALICE, "s", "tool", "r2", tool_call={**SEARCH, "status": "error"})
+    models.catch_up()
+    ledger.add_message(ALICE, "s", "tool", "r3", tool_call={"tool_name": "fetch"})
+    ledger.add_message(ALICE, "s", "tool", "r4", tool_call=SEARCH)
+    ledger.add_message(BOB, "s", "tool", "r5", tool_call=SEARCH)
+    models.catch_up()
+    usage = {u.tool_name: u for u in models.usage(ALICE, "s")}
+    search = usage["search"]
+    assert (search.call_count, search.success_count, search.fail_count) == (3, 2, 1)
+    assert (search.prompt_tokens, search.completion_tokens, search.total_tokens) == (30, 15, 45)
+    assert usage["fetch"].call_count == 1 and usage["fetch"].total_tokens == 0
+    assert {u.account_id for u in models.usage(ADMIN)} == {"acme", "globex"}
+    assert [u.account_id for u in models.usage(BOB)] == ["globex"]
+
+
+# ------------------------------------------------------- read your writes
+def test_wait_for_projections_reads_your_own_writes(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """Waiting for a message's position makes it visible, with or without a follower thread."""
+    added = ledger.add_message(ALICE, "s", "user", "hello")
+    models.wait_for_projections(added.position, timeout=5)
+    assert models.working_set(ALICE)[0].message_count == 1
+    models.start()
+    try:
+        again = ledger.add_message(ALICE, "s", "user", "again")
+        models.wait_for_projections(again.position, timeout=5)
+        assert models.working_set(ALICE)[0].message_count == 2
+    finally:
+        models.stop()
+
+
+def test_waiting_for_a_position_never_reached_times_out(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """A position beyond the log raises ProjectionTimeout (a StoreUnavailable) after the timeout."""
+    added = ledger.add_message(ALICE, "s", "user", "hello")
+    started = time.monotonic()
+    with pytest.raises(ProjectionTimeout) as raised:
+        models.wait_for_projections(added.position + 100, timeout=0.2)
+    assert isinstance(raised.value, StoreUnavailable)
+    assert time.monotonic() - started < 5
+
+
+def test_follower_thread_picks_up_writes_of_another_ledger(
+    make_ledger: Callable[..., SessionLedger], open_models: Callable[..., ReadModels]
+) -> None:
+    """A follower sees events appended by another writer (process) without being woken."""
+    reader, writer = make_ledger(), make_ledger()
+    models = open_models(reader, poll_interval=0.02)
+    models.start()
+    added = writer.add_message(ALICE, "s", "user", "from elsewhere")
+    deadline = time.monotonic() + 5
+    while min(models.positions().values()) < added.position:
+        assert time.monotonic() < deadline, "the follower never caught up"
+        time.sleep(0.01)
+    assert models.last_error is None
+    assert [r.session_key for r in models.working_set(ALICE)] == ["s"]
+
+
+# ----------------------------------------------------------------- eviction
+def test_evict_idle_evicts_only_idle_sessions_of_the_callers_account(
+    ledger: SessionLedger, models: ReadModels, clock: FixedClock
+) -> None:
+    """Idle live sessions of the member's account get Evicted(idle) with the caller as actor."""
+    for key in ("old-b", "old-a"):
+        ledger.add_message(ALICE, key, "user", "hi")
+        ledger.commit(ALICE, key)
+    ledger.add_message(BOB, "bob-old", "user", "hi")
+    ledger.commit(BOB, "bob-old")
+    clock.now += timedelta(hours=2)
+    ledger.add_message(ALICE, "fresh", "user", "hi")
+    ledger.commit(ALICE, "fresh")
+    assert models.evict_idle(ALICE, 3600) == ["old-a", "old-b"]
+    event = ledger.history(ALICE, "old-a")[-1]
+    assert isinstance(event.event, Evicted)
+    assert event.event.reason == "idle" and event.actor == ALICE
+    assert event.event.idle_seconds is not None and event.event.idle_seconds > 7000
+    assert not ledger.session(BOB, "bob-old").evicted
+    assert not ledger.session(ALICE, "fresh").evicted
+    assert models.evict_idle(ALICE, 3600) == []  # already evicted: nothing more to record
+
+
+def test_admin_evicts_across_accounts_each_in_its_own_tenant(
+    ledger: SessionLedger, models: ReadModels, clock: FixedClock
+) -> None:
+    """An admin's idle sweep covers every account; each event is the session's, actor the admin."""
+    ledger.add_message(ALICE, "s", "user", "hi")
+    ledger.commit(ALICE, "s")
+    ledger.add_message(BOB, "s", "user", "hi")
+    ledger.commit(BOB, "s")
+    clock.now += timedelta(hours=1)
+    assert models.evict_idle(ADMIN, 60) == ["s", "s"]
+    for who in (ALICE, BOB):
+        last = ledger.history(who, "s")[-1]
+        assert isinstance(last.event, Evicted) and last.actor == ADMIN
+        assert last.actor.trace_id == "adm"
+    models.catch_up()
+    assert models.working_set(ADMIN) == []
+    assert models.evict_idle(ADMIN, 60, account_id="acme") == []
+
+
+def test_sessions_with_uncommitted_messages_are_kept_unless_asked(
+    ledger: SessionLedger, models: ReadModels, clock: FixedClock
+) -> None:
+    """skip_pending (the default) keeps sessions with a live buffer; False evicts them too."""
+    ledger.add_message(ALICE, "pending", "user", "not committed yet")
+    clock.now += timedelta(hours=1)
+    assert models.evict_idle(ALICE, 60) == []
+    assert models.evict_idle(ALICE, 60, skip_pending=False) == ["pending"]
+    view = ledger.session(ALICE, "pending")
+    assert view.evicted and len(view.buffer) == 1  # nothing lost: the message is still live
+
+
+def test_sessions_with_a_commit_in_flight_are_skipped(
+    ledger: SessionLedger, models: ReadModels, clock: FixedClock
+) -> None:
+    """A session whose commit is running in this ledger is not evicted."""
+    ledger.add_message(ALICE, "busy", "user", "hi")
+    ledger.commit(ALICE, "busy")
+    clock.now += timedelta(hours=1)
+    sid = session_id("acme", "busy")
+    ledger._inflight.add(sid)
+    try:
+        assert models.evict_idle(ALICE, 60) == []
+    finally:
+        ledger._inflight.discard(sid)
+    assert models.evict_idle(ALICE, 60) == ["busy"]
+
+
+def test_an_evicted_session_keeps_its_history_and_returns_on_a_new_message(
+    ledger: SessionLedger, models: ReadModels, clock: FixedClock
+) -> None:
+    """Eviction hides a session from the live working set only; a new message brings it back."""
+    ledger.add_message(ALICE, "s", "user", "hi")
+    ledger.commit(ALICE, "s")
+    clock.now += timedelta(hours=1)
+    assert models.evict_idle(ALICE, 60) == ["s"]
+    models.catch_up()
+    assert models.working_set(ALICE) == []
+    (row,) = models.working_set(ALICE, include_evicted=True)
+    assert row.status == "evicted"
+    assert len(models.archives(ALICE, "s")) == 1
+    assert [r.event_type for r in models.audit(ALICE, session="s")][-1] == "Evicted"
+    ledger.add_message(ALICE, "s", "user", "I'm back")
+    models.catch_up()
+    (row,) = models.working_set(ALICE)
+    assert row.status == "live" and row.message_count == 2
+
+
+def test_bad_eviction_arguments_are_invalid_input(models: ReadModels) -> None:
+    """A negative limit or a naive 'now' is rejected before anything is recorded."""
+    with pytest.raises(InvalidInput):
+        models.evict_idle(ALICE, -1)
+    with pytest.raises(InvalidInput):
+        models.evict_idle(ALICE, 1, now=ledger_time().replace(tzinfo=None))
+
+
+# ------------------------------------------------- exactly once, rebuilds
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "add",
+                "add",
+                "add",
+                "tool",
+                "commit",
+                "snapshot",
+                "merge",
+                "fail",
+                "evict",
+                "close",
+                "admin",
+                "bob",
+                "fork",
+            ]
+        ),
+        st.integers(0, 2),
+        st.integers(1, 4),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def play(
+    ledger: SessionLedger, flaky: FlakySummarizer, prefix: str, op: tuple[str, int, int]
+) -> None:
+    """Apply one random operation (ignoring the ones the ledger legitimately refuses)."""
+    kind, index, n = op
+    key = f"{prefix}-{index}"
+    who: Principal = BOB if kind == "bob" else ALICE
+    try:
+        if kind in ("add", "bob"):
+            roles = ["user", "assistant"]
+            messages = [{"role": roles[i % 2], "content": "w" * (i * 7 + 1)} for i in range(n)]
+            ledger.add_messages(who, key, messages)
+        elif kind == "tool":
+            call = {
+                "tool_name": f"t{n % 2}",
+                "status": "error" if n == 3 else "success",
+                "prompt_tokens": n,
+                "completion_tokens": 2 * n,
+            }
+            ledger.add_message(ALICE, key, "tool", "result", tool_call=call)
+        elif kind == "admin":
+            ledger.add_message(ADMIN, key, "system", "note", account_id="acme")
+        elif kind == "commit":
+            ledger.commit(ALICE, key)
+        elif kind == "snapshot":
+            buffer = [m.id for m in ledger.session(ALICE, key).buffer]
+            if buffer:
+                ledger.commit_snapshot(ALICE, key, buffer[: max(1, len(buffer) // 2)])
+        elif kind == "merge":
+            ledger.merge_archives(ALICE, key, threshold=1, max_count=n + 1)
+        elif kind == "fail":
+            flaky.failing = True
+            try:
+                ledger.commit(ALICE, key)
+            finally:
+                flaky.failing = False
+        elif kind == "evict":
+            ledger.evict(ALICE, key)
+        elif kind == "close":
+            ledger.close_session(ALICE, key)
+        elif kind == "fork" and hasattr(ledger, "fork"):
+            version = ledger.session(ALICE, key).version
+            ledger.fork(ALICE, key, max(1, version - n + 1), f"{key}-fork{version}")
+    except Exception as error:  # e.g. committing or evicting a session never started
+        if type(error).__name__ not in ("UnknownSession", "InvalidInput"):
+            raise
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=OPS, batch=st.integers(1, 7), data=st.data())
+def test_rebuild_gives_exactly_the_rows_of_incremental_processing(
+    make_ledger: Callable[..., SessionLedger],
+    open_models: Callable[..., ReadModels],
+    ops: list[tuple[str, int, int]],
+    batch: int,
+    data: st.DataObject,
+) -> None:
+    """Random histories, caught up in random small batches, equal a rebuild and the aggregates."""
+    flaky = FlakySummarizer()
+    ledger = make_ledger(summarizer=flaky)
+    models = open_models(ledger, batch_size=batch)
+    prefix = f"h{time.monotonic_ns()}"
+    for op in ops:
+        play(ledger, flaky, prefix, op)
+        if data.draw(st.booleans(), label="catch up now"):
+            models.catch_up()
+    models.catch_up()
+    incremental = snapshot(models)
+    assert len(incremental["audit"]["chatledger_audit"]) == event_count(ledger)
+    models.rebuild()
+    assert snapshot(models) == incremental
+    for row in models.working_set(ADMIN, include_evicted=True, limit=MAX_ROWS):
+        who = ADMIN
+        view = ledger.session(who, row.session_key, account_id=row.account_id)
+        assert (row.message_count, row.pending_tokens, row.turn_count) == (
+            view.message_count,
+            view.pending_tokens,
+            view.turn_count,
+        )
+        assert (row.commit_count, row.archive_count, row.version) == (
+            view.commit_count,
+            view.archive_count,
+            view.version,
+        )
+        assert (row.status == "evicted") == view.evicted
+        live = [
+            a.archive_id for a in models.archives(who, row.session_key, account_id=row.account_id)
+        ]
+        assert live == [a.archive_id for a in view.archives]
+    # The fast JSON path reads every stored event exactly as the full mapper does.
+    log = models._projector.log
+    fast = log.read(0, 100_000)
+    app = ledger._app
+    slow = [
+        facts_from_event(app.mapper.to_domain_event(n), n.id)
+        for n in app.recorder.select_notifications(1, 100_000)
+    ]
+    assert fast == slow
+
+
+MAX_ROWS = 10_000
+
+
+def test_two_projectors_racing_never_apply_an_event_twice(
+    ledger: SessionLedger, open_models: Callable[..., ReadModels]
+) -> None:
+    """Two projectors catching up at once (small batches) leave exactly the rows of a rebuild."""
+    for n in range(40):
+        ledger.add_message(ALICE, f"s{n % 5}", "tool", "r", tool_call=SEARCH)
+    first = open_models(ledger, batch_size=3)
+    second = open_models(ledger, batch_size=4)
+    gate = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(models: ReadModels) -> None:
+        gate.wait()
+        try:
+            models.catch_up()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(m,)) for m in (first, second)]
+    for thread in threads:
+        thread.start()
+    gate.set()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    first.catch_up()
+    raced = snapshot(first)
+    assert sum(u.call_count for u in first.usage(ALICE)) == 40
+    first.rebuild()
+    assert snapshot(first) == raced
+
+
+def test_the_projector_never_skips_past_a_writer_still_committing(
+    ledger: SessionLedger, models: ReadModels, backend: str
+) -> None:
+    """While a writer holds its append transaction open, later writers wait, and so does the log."""
+    ledger.add_message(ALICE, "first", "user", "hi")
+    models.catch_up()
+    engine = ledger._app.event_recorder.engine
+    mapper = ledger._app.mapper
+    held = Session.start(tenant="acme", key="held", actor=ALICE, timestamp=ledger_time())
+    stored = [mapper.to_stored_event(e) for e in held.collect_events()]
+    raw = engine.raw_connection()
+    cursor = raw.cursor()
+    # The same protocol as the ledger's append: write lock, then max(id) + 1.
+    if backend == "sqlite":
+        cursor.execute("BEGIN IMMEDIATE")
+        mark = "?"
+    else:
+        cursor.execute("LOCK TABLE chatledger_events IN EXCLUSIVE MODE")
+        mark = "%s"
+    cursor.execute("SELECT COALESCE(MAX(id), 0) FROM chatledger_events")
+    held_position = int(cursor.fetchone()[0]) + 1
+    oid = stored[0].originator_id
+    cursor.execute(
+        "INSERT INTO chatledger_events (id, originator_id, originator_version, topic, state, "
+        f"timestamp_us, hash) VALUES ({', '.join([mark] * 7)})",
+        (
+            held_position,
+            oid.hex if backend == "sqlite" else oid,
+            1,
+            stored[0].topic,
+            stored[0].state,
+            getattr(stored[0], "timestamp_us", 0),
+            b"x" * 32,
+        ),
+    )
+    later: list[int] = []
+    writer = threading.Thread(
+        target=lambda: later.append(ledger.add_message(BOB, "later", "user", "hi").position)
+    )
+    writer.start()
+    try:
+        time.sleep(0.3)  # the second writer is now blocked behind the held transaction
+        assert later == []
+        assert models.catch_up() == 0  # nothing committed yet: nothing to skip past
+    finally:
+        if backend == "sqlite":
+            cursor.execute("COMMIT")
+        else:
+            raw.commit()
+        raw.close()
+    writer.join(timeout=10)
+    assert later == [held_position + 2]  # the later writer's Started and message follow
+    assert models.catch_up() == 3
+    positions = [r.position for r in models.audit(ADMIN)]
+    assert positions[-3:] == [held_position, held_position + 1, held_position + 2]
+
+
+def test_a_changed_version_rebuilds_that_read_model_on_start(
+    ledger: SessionLedger, open_models: Callable[..., ReadModels], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bumping a projection's version drops and replays it when read models are next opened."""
+    ledger.add_message(ALICE, "s", "user", "hi")
+    first = open_models(ledger)
+    first.catch_up()
+    before = snapshot(first)
+    first.close()
+    monkeypatch.setattr(WorkingSetModel, "version", WorkingSetModel.version + 1)
+    second = open_models(ledger)
+    assert second.reset_on_start == ("working_set",)
+    assert second.positions()["working_set"] == 0
+    assert second.positions()["audit"] > 0
+    assert second.catch_up() == 2
+    assert snapshot(second) == before
+
+
+def test_rebuilding_one_read_model_leaves_the_others_alone(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """rebuild(name) rewinds only that model; the result equals what it had."""
+    ledger.add_message(ALICE, "s", "tool", "r", tool_call=SEARCH)
+    models.catch_up()
+    before = snapshot(models)
+    assert models.rebuild("usage") == 2
+    assert snapshot(models) == before
+    assert set(models.positions().values()) == {2}
+
+
+def test_read_models_can_live_in_a_separate_database(
+    ledger: SessionLedger, open_models: Callable[..., ReadModels], tmp_path: Path
+) -> None:
+    """With a projections URL the read models live there, and the ledger's database has none."""
+    models = open_models(ledger, url=f"sqlite:///{tmp_path / 'views.db'}")
+    ledger.add_message(ALICE, "s", "user", "hi")
+    models.catch_up()
+    assert [r.session_key for r in models.working_set(ALICE)] == ["s"]
+    with ledger._app.event_recorder.engine.connect() as connection:
+        names = connection.dialect.get_table_names(connection)
+    assert "chatledger_working_set" not in names
+
+
+def test_an_unusable_read_model_database_is_store_unavailable(ledger: SessionLedger) -> None:
+    """A projections database that cannot be opened raises StoreUnavailable."""
+    with pytest.raises(StoreUnavailable):
+        ReadModels(ledger, url="sqlite:////nonexistent-dir/sub/views.db")
+
+
+# ---------------------------------------------------------------------- CLI
+def test_cli_rebuild_project_and_sessions(ledger: SessionLedger, database_url: str) -> None:
+    """`project`, `rebuild --all|NAME` and `sessions --json` work; bad names fail in one line."""
+    ledger.add_message(ALICE, "s", "user", "hi")
+    app = typer.Typer()
+    register(app)
+    runner = CliRunner()
+    result = runner.invoke(app, ["project", "--url", database_url])
+    assert result.exit_code == 0, result.output
+    assert "Applied 2 events" in result.output
+    result = runner.invoke(app, ["rebuild", "--all", "--url", database_url])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["rebuild", "audit", "--url", database_url])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["sessions", "--account", "acme", "--url", database_url, "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"session_key": "s"' in result.output
+    result = runner.invoke(app, ["rebuild", "bogus", "--url", database_url])
+    assert result.exit_code == 1
+    assert "Unknown read model" in result.output
