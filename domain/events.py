@@ -28,12 +28,16 @@ class Started(SessionCreationEvent):
     context: ClientContext = ClientContext()
 
     def apply(self, aggregate: Any) -> None:
-        session: Session = aggregate
-        session.tenant = self.tenant
-        session.key = self.key
-        session.context = self.context
-        session.updated_at = self.timestamp
-        session.started_by = self.actor
+        _begin(aggregate, self)
+
+
+def _begin(session: Session, event: Started | Forked) -> None:
+    """What every first event sets: identity, client context, who started it."""
+    session.tenant = event.tenant
+    session.key = event.key
+    session.context = event.context
+    session.updated_at = event.timestamp
+    session.started_by = event.actor
 
 
 class Forked(SessionCreationEvent):
@@ -58,14 +62,8 @@ class Forked(SessionCreationEvent):
 
     def apply(self, aggregate: Any) -> None:
         session: Session = aggregate
-        session.tenant = self.tenant
-        session.key = self.key
-        session.context = self.context
-        session.updated_at = self.timestamp
-        session.started_by = self.actor
-        session.buffer = {m.id: m for m in self.buffer}
-        session.pending_tokens = sum(m.tokens for m in self.buffer)
-        session.turn_count = sum(1 for m in self.buffer if m.role == "user")
+        _begin(session, self)
+        session.set_buffer(self.buffer)
         session.archives = list(self.archives)
         session.message_count = self.message_count
         session.commit_count = self.commit_count

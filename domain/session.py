@@ -208,6 +208,12 @@ class Session(BaseAggregate[UUID]):
     def missing_ids(self, message_ids: Sequence[str]) -> set[str]:
         return {i for i in message_ids if i not in self.buffer}
 
+    def set_buffer(self, messages: Sequence[Message]) -> None:
+        """Replace the live buffer (when rebuilding state), with its derived counters."""
+        self.buffer = {m.id: m for m in messages}
+        self.pending_tokens = sum(m.tokens for m in messages)
+        self.turn_count = sum(1 for m in messages if m.role == "user")
+
     @property
     def live_messages(self) -> list[Message]:
         return list(self.buffer.values())
@@ -244,9 +250,7 @@ class Session(BaseAggregate[UUID]):
         session.key = state.key
         session.context = state.context
         session.started_by = state.started_by
-        session.buffer = {m.id: m for m in state.buffer}
-        session.pending_tokens = sum(m.tokens for m in state.buffer)
-        session.turn_count = sum(1 for m in state.buffer if m.role == "user")
+        session.set_buffer(state.buffer)
         session.archives = list(state.archives)
         session.message_count = state.message_count
         session.commit_count = state.commit_count

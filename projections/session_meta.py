@@ -42,7 +42,7 @@ class SessionMeta(BaseModel):
 def fold_session_meta(state: SessionMeta, event: SessionEvent) -> SessionMeta:
     """The session meta after ``event``."""
     changes: dict[str, object] = {"version": event.originator_version}
-    if isinstance(event, Started):
+    if isinstance(event, Started | Forked):
         changes.update(
             session_id=event.originator_id,
             tenant=event.tenant,
@@ -51,14 +51,8 @@ def fold_session_meta(state: SessionMeta, event: SessionEvent) -> SessionMeta:
             created_at=event.timestamp,
             updated_at=event.timestamp,
         )
-    elif isinstance(event, Forked):
+    if isinstance(event, Forked):
         changes.update(
-            session_id=event.originator_id,
-            tenant=event.tenant,
-            key=event.key,
-            context=event.context,
-            created_at=event.timestamp,
-            updated_at=event.timestamp,
             message_count=event.message_count,
             commit_count=event.commit_count,
             last_commit_at=event.last_commit_at,
