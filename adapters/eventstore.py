@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -58,6 +59,7 @@ from chatledger.domain.session import Session
 
 metadata = MetaData()
 _R = TypeVar("_R", bound="_SqlRecorder")
+_KEPT_HEADS = 10_000  # chain heads remembered by the SQLite append fast path
 _T = TypeVar("_T")
 
 _id_type = BigInteger().with_variant(Integer(), "sqlite")
@@ -324,21 +326,94 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
             f"SELECT hash FROM {name} WHERE originator_id = {mark} AND originator_version = {mark}"
         )
         self._lock_sql = f"LOCK TABLE {name} IN EXCLUSIVE MODE"
+        # SQLite fast path: the last position this process wrote and the chain
+        # heads of sessions it appended to (see _append_sqlite).
+        self._position: int | None = None
+        self._heads: OrderedDict[UUID, tuple[int, bytes]] = OrderedDict()
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """Append events, each hashed onto its session's chain; return their positions."""
         if not stored_events:
             return []
-        return self._in_write_transaction(
-            lambda cursor: self._append(cursor, stored_events), lock_sql=self._lock_sql
-        )
+        if self._write_lock is not None:
+            return self._append_sqlite(stored_events)
 
-    def _append(self, cursor: Any, rows: Sequence[StoredEvent]) -> list[int]:
-        # Inside the write transaction: the position and the predecessor's hash
-        # cannot change under us; a concurrent writer of the same session
-        # conflicts on (originator_id, version) and retries after a reload.
-        cursor.execute(self._sql_max_id)
-        position = int(cursor.fetchone()[0])
+        def append(cursor: Any) -> list[int]:
+            positions, _ = self._append(cursor, stored_events, None, {})
+            return positions
+
+        return self._in_write_transaction(append, lock_sql=self._lock_sql)
+
+    def _append_sqlite(self, rows: Sequence[StoredEvent]) -> list[int]:
+        """The SQLite append: one statement per event, and no reads when nothing changed.
+
+        Positions are max + 1 and hashes chain onto the previous event of the
+        session. This process remembers the last position and the heads it
+        wrote, and trusts them optimistically: if another process appended
+        meanwhile, the insert collides with its row -- on the position
+        (primary key) or on (session, version) -- and fails as a version
+        conflict; the caches are dropped and the caller reloads and retries.
+        Because positions have no gaps above any remembered one, a stale
+        cache can never slip an event in below a position already visible,
+        so readers following the log in id order still miss nothing. A single
+        event is one autocommitted INSERT; several share one transaction.
+        """
+        assert self._write_lock is not None
+        with self._write_lock:
+            if self._writer is None:
+                self._writer = self.engine.raw_connection()
+            connection = self._writer
+            cursor = connection.cursor()
+            batch = len(rows) > 1
+            try:
+                if batch:
+                    cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    positions, heads = self._append(cursor, rows, self._position, self._heads)
+                    if batch:
+                        cursor.execute("COMMIT")
+                except BaseException:
+                    if connection.dbapi_connection.in_transaction:
+                        cursor.execute("ROLLBACK")
+                    raise
+            except self.dbapi.Error as error:
+                self._forget_positions()
+                if not isinstance(error, self.dbapi.IntegrityError):
+                    self._writer = None  # start afresh with a new connection next time
+                    connection.invalidate()
+                raise self._translate(error) from error
+            except BaseException:
+                self._forget_positions()
+                raise
+            finally:
+                cursor.close()
+            self._position = positions[-1]
+            for oid, head in heads.items():
+                self._heads[oid] = head
+                self._heads.move_to_end(oid)
+            while len(self._heads) > _KEPT_HEADS:
+                self._heads.popitem(last=False)
+            return positions
+
+    def _forget_positions(self) -> None:
+        self._position = None
+        self._heads.clear()
+
+    def _append(
+        self,
+        cursor: Any,
+        rows: Sequence[StoredEvent],
+        position: int | None,
+        known: Mapping[UUID, tuple[int, bytes]],
+    ) -> tuple[list[int], dict[UUID, tuple[int, bytes]]]:
+        """Insert ``rows`` chained and numbered; returns their positions and the new heads.
+
+        ``position`` and ``known`` heads are what the caller believes; unknown
+        ones are read. Under PostgreSQL's table lock nothing is believed.
+        """
+        if position is None:
+            cursor.execute(self._sql_max_id)
+            position = int(cursor.fetchone()[0])
         heads: dict[UUID, tuple[int, bytes]] = {}
         positions: list[int] = []
         for row in rows:
@@ -348,7 +423,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
                 else UUID(str(row.originator_id))
             )
             version = row.originator_version
-            head = heads.get(oid)
+            head = heads.get(oid) or known.get(oid)
             if head is None or head[0] != version - 1:
                 head = (version - 1, self._hash_of(cursor, oid, version - 1))
             position += 1
@@ -377,7 +452,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
             )
             heads[oid] = (version, digest)
             positions.append(position)
-        return positions
+        return positions, heads
 
     def _hash_of(self, cursor: Any, originator_id: UUID, version: int) -> bytes:
         if version == 0:
@@ -412,6 +487,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
                 )
 
         self._in_write_transaction(insert, lock_sql=self._lock_sql)
+        self._forget_positions()
 
     def chain_rows(self, originator_id: UUID | None = None) -> Iterator[ChainRow]:
         """Stored rows ordered by (session, version), streamed, for verification and export."""

@@ -20,7 +20,6 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from uuid import UUID
@@ -101,25 +100,34 @@ def _public(method: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with _translated_errors():
+        try:
             return method(*args, **kwargs)
+        except ChatLedgerError:
+            raise
+        except (ValidationError, PersistenceError, SQLAlchemyError) as error:
+            raise _translated(error) from error
 
     return wrapper
 
 
+def _translated(error: Exception) -> ChatLedgerError:
+    if isinstance(error, ValidationError):
+        return InvalidInput(_describe_validation(error))
+    return StoreUnavailable(
+        f"The event store failed ({type(error).__name__}: {error}); nothing more was "
+        "recorded. Check the database is reachable and retry."
+    )
+
+
 @contextlib.contextmanager
 def _translated_errors() -> Iterator[None]:
+    """The translation of ``_public``, for code that is not one call (generators)."""
     try:
         yield
     except ChatLedgerError:
         raise
-    except ValidationError as error:
-        raise InvalidInput(_describe_validation(error)) from None
-    except (PersistenceError, SQLAlchemyError) as error:
-        raise StoreUnavailable(
-            f"The event store failed ({type(error).__name__}: {error}); nothing more was "
-            "recorded. Check the database is reachable and retry."
-        ) from error
+    except (ValidationError, PersistenceError, SQLAlchemyError) as error:
+        raise _translated(error) from error
 
 
 def _describe_validation(error: ValidationError) -> str:
@@ -130,12 +138,18 @@ def _describe_validation(error: ValidationError) -> str:
 
 
 class _SessionLock:
-    """A per-session lock; weakly held so idle sessions cost no memory."""
+    """A per-session lock (a context manager); weakly held so idle sessions cost nothing."""
 
-    __slots__ = ("__weakref__", "lock")
+    __slots__ = ("__weakref__", "_lock")
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
 class _PendingCommit:
@@ -808,15 +822,14 @@ class SessionLedger:
             tool_call=tool_call,
         )
 
-    @contextmanager
-    def _session_lock(self, sid: UUID) -> Iterator[None]:
+    def _session_lock(self, sid: UUID) -> _SessionLock:
+        """The lock serialising this process's writes (and loads) of one session."""
         with self._locks_guard:
             holder = self._locks.get(sid)
             if holder is None:
                 holder = _SessionLock()
                 self._locks[sid] = holder
-        with holder.lock:
-            yield
+        return holder
 
     def _cached(self, sid: UUID) -> Session | None:
         with self._cache_lock:
