@@ -55,7 +55,7 @@ from sqlalchemy import (
 
 from chatledger.adapters.chain import GENESIS, ChainRow, chain_hash
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
-from chatledger.domain.session import Session
+from chatledger.domain.session import Session, replay
 
 metadata = MetaData()
 _R = TypeVar("_R", bound="_SqlRecorder")
@@ -676,6 +676,14 @@ class EventStoreApplication(Application[UUID]):
         if self.snapshots is not None and (first - 1) // interval != session.version // interval:
             self._snapshot(session)
         return positions
+
+    def load(self, session_id: UUID, version: int | None = None) -> Session:
+        """A session from its newest snapshot (at or before ``version``) and later events.
+
+        Raises the library's ``AggregateNotFoundError`` for an unknown id.
+        """
+        session: Session = self.repository.get(session_id, version=version, projector_func=replay)
+        return session
 
     def _snapshot(self, session: Session) -> None:
         assert self.snapshots is not None

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     params = BuildParams(
         events=args.events, short_events=100, batch=20, commit_every=20, merge_threshold=8,
-        snapshot_interval=args.snapshot_interval, summarizer="extractive",
+        snapshot_interval=args.snapshot_interval,
     )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="chatledger-tt-") as scratch:
         directory = args.keep or Path(scratch)

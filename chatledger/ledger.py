@@ -862,7 +862,7 @@ class SessionLedger:
         session = self._cached(sid)
         if session is None:
             try:
-                session = self._app.repository.get(sid)
+                session = self._app.load(sid)
             except AggregateNotFoundError:
                 return None
             self._remember(sid, session)
@@ -896,7 +896,7 @@ class SessionLedger:
             if isinstance(at_version, bool) or not isinstance(at_version, int) or at_version < 1:
                 raise InvalidInput("at_version must be an integer >= 1.")
             try:
-                session: Session = self._app.repository.get(sid, version=at_version)
+                session = self._app.load(sid, at_version)
             except AggregateNotFoundError:
                 raise UnknownSession(self._unknown(key)) from None
             if session.version < at_version:
