@@ -808,8 +808,11 @@ class SessionLedger:
                 f"Message content has {len(content)} characters; the limit is "
                 f"{self.settings.max_content_chars} (setting max_content_chars)."
             )
-        message_id = fields.get("message_id") or fields.get("id") or new_id()
-        validate_key(message_id, what="message id")
+        message_id = fields.get("message_id") or fields.get("id")
+        if message_id is None:
+            message_id = new_id()
+        else:
+            validate_key(message_id, what="message id")
         tool_call = fields.get("tool_call")
         if tool_call is not None and not isinstance(tool_call, ToolCall):
             tool_call = ToolCall.model_validate(tool_call)
