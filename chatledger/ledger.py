@@ -12,7 +12,6 @@ reloads the session and re-applies the same change.
 from __future__ import annotations
 
 import contextlib
-import functools
 import random
 import threading
 import time
@@ -21,14 +20,15 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.persistence import IntegrityError, PersistenceError
-from pydantic import ValidationError
+from eventsourcing.persistence import IntegrityError
 
 from chatledger import audit, timetravel
+from chatledger.boundary import public as _public
+from chatledger.boundary import translated_errors as _translated_errors
 
 if TYPE_CHECKING:
     from chatledger.read_models import (
@@ -45,7 +45,6 @@ from chatledger.adapters.mapper import to_micros
 from chatledger.adapters.summarizer import ExtractiveSummarizer
 from chatledger.domain.errors import (
     AccessDenied,
-    ChatLedgerError,
     ConcurrencyConflict,
     InvalidInput,
     InvalidSettings,
@@ -83,7 +82,6 @@ from chatledger.results import (
 )
 from chatledger.settings import LedgerSettings, load_settings
 
-P = ParamSpec("P")
 R = TypeVar("R")
 
 _MIN_WRITE_ATTEMPTS = 5
@@ -93,48 +91,6 @@ _KEPT_TASKS = 10_000  # finished async commit tasks remembered for task()
 def utc_now() -> datetime:
     """The default clock."""
     return datetime.now(UTC)
-
-
-def _public(method: Callable[P, R]) -> Callable[P, R]:
-    """Let only ``chatledger.errors`` out: translate driver and validation errors."""
-
-    @functools.wraps(method)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(*args, **kwargs)
-        except ChatLedgerError:
-            raise
-        except (ValidationError, PersistenceError, SQLAlchemyError) as error:
-            raise _translated(error) from error
-
-    return wrapper
-
-
-def _translated(error: Exception) -> ChatLedgerError:
-    if isinstance(error, ValidationError):
-        return InvalidInput(_describe_validation(error))
-    return StoreUnavailable(
-        f"The event store failed ({type(error).__name__}: {error}); nothing more was "
-        "recorded. Check the database is reachable and retry."
-    )
-
-
-@contextlib.contextmanager
-def _translated_errors() -> Iterator[None]:
-    """The translation of ``_public``, for code that is not one call (generators)."""
-    try:
-        yield
-    except ChatLedgerError:
-        raise
-    except (ValidationError, PersistenceError, SQLAlchemyError) as error:
-        raise _translated(error) from error
-
-
-def _describe_validation(error: ValidationError) -> str:
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()
-    )
-    return f"Invalid input ({problems}); nothing was recorded."
 
 
 class _SessionLock:

@@ -14,15 +14,14 @@ events for sessions idle longer than a limit.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine
 
 from chatledger.adapters.database import create_store_engine
@@ -36,6 +35,7 @@ from chatledger.adapters.read_models import (
     query_usage,
     query_working_set,
 )
+from chatledger.boundary import public as _public
 from chatledger.domain.errors import (
     AccessDenied,
     ChatLedgerError,
@@ -51,8 +51,6 @@ from chatledger.projections.audit import EVENT_NAMES, from_micros, to_micros
 if TYPE_CHECKING:
     from chatledger.ledger import SessionLedger
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
 WorkingSetOrder = Literal["last_activity", "created", "key"]
 SessionStatus = Literal["live", "evicted"]
@@ -135,21 +133,6 @@ class ToolUsage(Row):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
-
-
-def _public(method: Callable[P, R]) -> Callable[P, R]:
-    """Let only ``chatledger.errors`` out."""
-
-    @functools.wraps(method)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(*args, **kwargs)
-        except ChatLedgerError:
-            raise
-        except ValidationError as error:
-            raise InvalidInput(f"Invalid input: {error.errors()[0]['msg']}.") from None
-
-    return wrapper
 
 
 def _page(limit: object, offset: object) -> tuple[int, int]:
