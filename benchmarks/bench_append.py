@@ -40,7 +40,6 @@ import pstats
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +49,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from rich.console import Console
+from common import console, provenance
 from rich.table import Table
 
 from chatledger import Principal, SessionLedger
@@ -72,31 +71,6 @@ RAW = "raw sqlite3"
 LEDGER_ONE = "ledger 1 session"
 LEDGER_MANY = "ledger {n} sessions"
 AGENTS = "SQLiteSession"
-
-console = Console(width=None if sys.stdout.isatty() else 132)
-
-
-def provenance() -> str:
-    """The git commit of the checkout these benchmarks run against, if known."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "commit unknown"
-    return f"commit {head}{' (+ uncommitted changes)' if dirty else ''}"
 
 
 def content(i: int) -> str:

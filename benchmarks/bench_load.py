@@ -31,14 +31,13 @@ import json
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rich.console import Console
+from common import console, provenance
 from rich.table import Table
 
 from chatledger import Principal, SessionLedger, SessionView
@@ -49,31 +48,6 @@ LONG_KEY = "long-session"
 DB_NAME = "bench_load.db"
 META_NAME = "bench_load.json"
 TARGET_RATIO = 2.0
-
-console = Console(width=None if sys.stdout.isatty() else 132)
-
-
-def provenance() -> str:
-    """The git commit of the checkout these benchmarks run against, if known."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "commit unknown"
-    return f"commit {head}{' (+ uncommitted changes)' if dirty else ''}"
 
 
 _SUBJECTS = ("the deployment plan", "the Paris office", "invoice INV-2291", "the Acme API")
