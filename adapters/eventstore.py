@@ -59,6 +59,8 @@ from chatledger.domain.session import Session, replay
 
 metadata = MetaData()
 _R = TypeVar("_R", bound="_SqlRecorder")
+APPEND_CHANNEL = "chatledger_events"
+"""PostgreSQL channel notified by every append; projectors LISTEN to it to wake at once."""
 _KEPT_HEADS = 10_000  # chain heads remembered by the SQLite append fast path
 _T = TypeVar("_T")
 
@@ -340,6 +342,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
 
         def append(cursor: Any) -> list[int]:
             positions, _ = self._append(cursor, stored_events, None, {})
+            cursor.execute(f"NOTIFY {APPEND_CHANNEL}")  # delivered on commit (projectors)
             return positions
 
         return self._in_write_transaction(append, lock_sql=self._lock_sql)

@@ -26,6 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import Mapper, Notification
@@ -33,7 +34,7 @@ from eventsourcing.utils import get_topic
 from sqlalchemy import Connection, Engine, and_, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from chatledger.adapters.eventstore import events_table
+from chatledger.adapters.eventstore import APPEND_CHANNEL, events_table
 from chatledger.adapters.read_models import (
     Identities,
     SqlReadModel,
@@ -359,8 +360,44 @@ class Projector:
         self._wake.set()
 
     def run(self, *, min_interval: float = 0.002, max_interval: float = 0.05) -> None:
-        """Follow the log until ``stop()``: poll, backing off from min to max while idle."""
+        """Follow the log until ``stop()``: poll, backing off from min to max while idle.
+
+        On PostgreSQL a listener also wakes the loop as soon as an append
+        commits (LISTEN/NOTIFY), so the back-off only bounds the delay when
+        notifications are lost; on SQLite the back-off is the latency.
+        """
         self._stopping.clear()
+        listener = None
+        if self.log.engine.dialect.name == "postgresql":
+            listener = threading.Thread(target=self._listen, name="chatledger-listen", daemon=True)
+            listener.start()
+        try:
+            self._follow(min_interval, max_interval)
+        finally:
+            self._stopping.set()
+            if listener is not None:
+                listener.join(timeout=5)
+
+    def _listen(self) -> None:
+        """Wake the follower whenever PostgreSQL notifies an append; reconnect after failures."""
+        while not self._stopping.is_set():
+            fairy = None
+            try:
+                fairy = self.log.engine.raw_connection()
+                connection: Any = fairy.dbapi_connection
+                connection.autocommit = True
+                connection.execute(f"LISTEN {APPEND_CHANNEL}")
+                self._wake.set()  # whatever was appended before LISTEN took effect
+                while not self._stopping.is_set():
+                    for _ in connection.notifies(timeout=0.5, stop_after=1):
+                        self._wake.set()
+            except Exception:
+                self._stopping.wait(1.0)
+            finally:
+                if fairy is not None:
+                    fairy.invalidate()  # never hand a LISTENing connection back to the pool
+
+    def _follow(self, min_interval: float, max_interval: float) -> None:
         delay = min_interval
         while not self._stopping.is_set():
             try:

@@ -319,6 +319,30 @@ def test_follower_thread_picks_up_writes_of_another_ledger(
     assert [r.session_key for r in models.working_set(ALICE)] == ["s"]
 
 
+def test_postgres_appends_wake_the_listener(
+    backend: str,
+    make_ledger: Callable[..., SessionLedger],
+    open_models: Callable[..., ReadModels],
+) -> None:
+    """On PostgreSQL each append NOTIFYs, and the projector's listener wakes the follower."""
+    if backend != "postgres":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite followers poll")
+    reader, writer = make_ledger(), make_ledger()
+    projector = open_models(reader)._projector
+    listener = threading.Thread(target=projector._listen, daemon=True)
+    listener.start()
+    try:
+        assert projector._wake.wait(5), "the listener never started"
+        time.sleep(0.2)  # LISTEN is in effect once the first wake is set
+        projector._wake.clear()
+        assert not projector._wake.wait(0.6)  # nothing appended: nothing wakes it
+        writer.add_message(ALICE, "s", "user", "notify me")
+        assert projector._wake.wait(3), "the append's NOTIFY did not wake the follower"
+    finally:
+        projector.stop()
+        listener.join(5)
+
+
 # ----------------------------------------------------------------- eviction
 def test_evict_idle_evicts_only_idle_sessions_of_the_callers_account(
     ledger: SessionLedger, models: ReadModels, clock: FixedClock
