@@ -319,14 +319,11 @@ def test_follower_thread_picks_up_writes_of_another_ledger(
     assert [r.session_key for r in models.working_set(ALICE)] == ["s"]
 
 
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)  # LISTEN/NOTIFY is PG's
 def test_postgres_appends_wake_the_listener(
-    backend: str,
-    make_ledger: Callable[..., SessionLedger],
-    open_models: Callable[..., ReadModels],
+    make_ledger: Callable[..., SessionLedger], open_models: Callable[..., ReadModels]
 ) -> None:
     """On PostgreSQL each append NOTIFYs, and the projector's listener wakes the follower."""
-    if backend != "postgres":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite followers poll")
     reader, writer = make_ledger(), make_ledger()
     projector = open_models(reader)._projector
     listener = threading.Thread(target=projector._listen, daemon=True)
