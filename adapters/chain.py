@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 GENESIS = bytes(32)
 _HEADER = struct.Struct(">q16sqqI")
+_LENGTH = struct.Struct(">Q")
 
 
 def chain_hash(
@@ -39,15 +40,18 @@ def chain_hash(
 ) -> bytes:
     """The hash of one stored event, given the hash of the event before it."""
     topic_bytes = topic.encode()
-    digest = hmac.new(key, digestmod=hashlib.sha256) if key else hashlib.sha256()
-    digest.update(previous)
-    digest.update(
-        _HEADER.pack(position, originator_id.bytes, version, timestamp_us, len(topic_bytes))
+    message = b"".join(
+        (
+            previous,
+            _HEADER.pack(position, originator_id.bytes, version, timestamp_us, len(topic_bytes)),
+            topic_bytes,
+            _LENGTH.pack(len(state)),
+            state,
+        )
     )
-    digest.update(topic_bytes)
-    digest.update(struct.pack(">Q", len(state)))
-    digest.update(state)
-    return digest.digest()
+    if key:
+        return hmac.new(key, message, hashlib.sha256).digest()
+    return hashlib.sha256(message).digest()
 
 
 @dataclass(frozen=True)

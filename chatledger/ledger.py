@@ -165,7 +165,9 @@ class SessionLedger:
                 f"Cannot open the event store at {engine.url!r}: {error}. Check the URL "
                 "and that the database is running."
             ) from error
-        self._cache: OrderedDict[UUID, Session] = OrderedDict()
+        # Loaded sessions, least recently used first, each with its lock: the
+        # strong reference keeps the (weakly held) lock alive while cached.
+        self._cache: OrderedDict[UUID, tuple[Session, _SessionLock | None]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._locks: weakref.WeakValueDictionary[UUID, _SessionLock] = weakref.WeakValueDictionary()
         self._locks_guard = threading.Lock()
@@ -792,16 +794,20 @@ class SessionLedger:
 
     def _cached(self, sid: UUID) -> Session | None:
         with self._cache_lock:
-            session = self._cache.get(sid)
-            if session is not None:
-                self._cache.move_to_end(sid)
-            return session
+            entry = self._cache.get(sid)
+            if entry is None:
+                return None
+            self._cache.move_to_end(sid)
+            return entry[0]
 
     def _remember(self, sid: UUID, session: Session) -> None:
         if self.settings.cache_size == 0:
             return
         with self._cache_lock:
-            self._cache[sid] = session
+            entry = self._cache.get(sid)
+            if entry is not None and entry[0] is session:
+                return  # the cached object itself was changed (and _cached refreshed it)
+            self._cache[sid] = (session, self._locks.get(sid))
             self._cache.move_to_end(sid)
             while len(self._cache) > self.settings.cache_size:
                 self._cache.popitem(last=False)

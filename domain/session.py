@@ -204,6 +204,17 @@ class Session(BaseAggregate[UUID]):
             Evicted, reason=reason, idle_seconds=idle_seconds, actor=actor, timestamp=timestamp
         )
 
+    def trigger_event(self, event_class: type[Any], **kwargs: Any) -> None:
+        """Build the next event (validated by pydantic), apply it, queue it for recording.
+
+        The same steps as the library's version without its per-call dictionary
+        copies and topic checks, on the ledger's hottest path. Every command
+        passes ``timestamp`` (time is injected, never read here).
+        """
+        event = event_class(originator_id=self.id, originator_version=self.version + 1, **kwargs)
+        event.mutate(self)
+        self._pending_events.append(event)
+
     # ---------------------------------------------------------------- queries
     def missing_ids(self, message_ids: Sequence[str]) -> set[str]:
         return {i for i in message_ids if i not in self.buffer}
