@@ -12,6 +12,9 @@ PostgreSQL URLs use the psycopg 3 driver. Driver errors are translated into
 
 from __future__ import annotations
 
+import random
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -97,10 +100,10 @@ def _sqlite_engine(
     def _configure(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_connection.cursor()
-        if not in_memory:
-            cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        if not in_memory:
+            _switch_to_wal(cursor, busy_timeout)
+        cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -113,6 +116,25 @@ def _sqlite_engine(
         connection.exec_driver_sql(f"BEGIN {mode}".strip())
 
     return engine
+
+
+def _switch_to_wal(cursor: Any, busy_timeout: float) -> None:
+    """Put the database in WAL mode, waiting out other processes doing the same.
+
+    Switching the journal mode of a fresh file needs an exclusive lock, and
+    SQLite reports "database is locked" at once, without its busy handler, when
+    another connection is switching it at the same moment: retry until
+    ``busy_timeout`` runs out.
+    """
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() >= deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))
 
 
 @contextmanager

@@ -674,9 +674,7 @@ class EventStoreApplication(Application[UUID]):
             return []
         stored = [self.mapper.to_stored_event(e) for e in pending]
         positions = self.event_recorder.insert_events(stored)
-        first = pending[0].originator_version
-        interval = self.snapshot_interval
-        if self.snapshots is not None and (first - 1) // interval != session.version // interval:
+        if self.snapshots is not None and session.should_snapshot(self.snapshot_interval):
             self._snapshot(session)
         return positions
 
@@ -693,3 +691,4 @@ class EventStoreApplication(Application[UUID]):
         # A snapshot only speeds loading; the events are already safe without it.
         with contextlib.suppress(DatabaseError):
             self.snapshots.put([Session.Snapshot.take(session)])
+            session.rebuilt_from = (session.version, session.state_items)

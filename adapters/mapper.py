@@ -21,6 +21,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_decode_json = json.JSONDecoder().decode  # str in: skips json.loads' encoding sniffing
 _ORIGINATOR_FIELDS = {"originator_id", "originator_version"}
 
 
@@ -79,7 +80,7 @@ class PydanticMapper(Mapper[UUID]):
                 data = self.cipher.decrypt(data)
             if self.compressor:
                 data = self.compressor.decompress(data)
-            state: dict[str, Any] = json.loads(data)
+            state: dict[str, Any] = _decode_json(data.decode())
             cls = resolve_topic(stored_event.topic)
             from_version = state.pop("class_version", 1)
             class_version = getattr(cls, "class_version", 1)

@@ -309,8 +309,8 @@ def run(directory: Path, params: BuildParams, args: argparse.Namespace) -> int:
         )
     if views[LONG_KEY].version - snapshot_info(directory, views[LONG_KEY])[0] == 0:
         console.print(
-            "  note: the long session sits exactly on a snapshot (nothing replayed); the worst "
-            f"case replays up to {params.snapshot_interval - 1} events, e.g. "
+            "  note: the long session sits exactly on a snapshot (nothing replayed); other "
+            f"lengths replay a tail of up to about {params.snapshot_interval} events, e.g. "
             f"--events {params.events + params.snapshot_interval - 1}",
             highlight=False,
         )

@@ -24,7 +24,12 @@ class LedgerSettings(BaseSettings):
         description="SQLAlchemy URL of the event store (SQLite file or PostgreSQL).",
     )
     snapshot_interval: int = Field(
-        default=200, ge=2, description="Take a snapshot every this many events of a session."
+        default=200,
+        ge=2,
+        description=(
+            "Consider a snapshot after this many events of a session (taken when it "
+            "would at least halve what a load replays)."
+        ),
     )
     compress_threshold: int = Field(
         default=10, ge=1, description="should_compress is true from this many user turns."

@@ -80,6 +80,10 @@ class Session(BaseAggregate[UUID]):
         self.last_commit_at: datetime | None = None
         self.updated_at: datetime = self.created_on
         self.evicted = False
+        # (version, live items) of the state this object was rebuilt from: a
+        # snapshot, or nothing at version 0. Not part of the state: it only
+        # tells the store what a new snapshot would save (see should_snapshot).
+        self.rebuilt_from: tuple[int, int] = (0, 0)
 
     # ----------------------------------------------------------------- commands
     @classmethod
@@ -229,6 +233,29 @@ class Session(BaseAggregate[UUID]):
     def live_messages(self) -> list[Message]:
         return list(self.buffer.values())
 
+    @property
+    def state_items(self) -> int:
+        """Live messages plus live archives: what a snapshot of this state holds."""
+        return len(self.buffer) + len(self.archives)
+
+    def should_snapshot(self, interval: int) -> bool:
+        """Whether a snapshot now would make loading this session markedly cheaper.
+
+        A load decodes the state it starts from and replays every event after
+        it. At least ``interval`` events after the last snapshot, a new one
+        pays when it drops at least half of what a load now goes through:
+        events that changed no state (failures, evictions) and messages folded
+        away by commits and merges. A session that only grows its buffer is
+        not snapshotted again and again: each snapshot would be as big as the
+        replay it replaces.
+        """
+        since, items = self.rebuilt_from
+        events = self.version - since
+        if events < interval:
+            return False
+        saved = items + events - self.state_items
+        return 2 * saved >= events
+
     def should_compress(self, threshold: int = DEFAULT_COMPRESS_THRESHOLD) -> bool:
         return self.turn_count >= threshold
 
@@ -268,6 +295,7 @@ class Session(BaseAggregate[UUID]):
         session.last_commit_at = state.last_commit_at
         session.updated_at = state.updated_at
         session.evicted = state.evicted
+        session.rebuilt_from = (version, session.state_items)
         return session
 
     class Snapshot(DomainEvent, CanSnapshotAggregate[UUID]):

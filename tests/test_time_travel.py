@@ -81,13 +81,32 @@ def test_versions_beyond_the_head_are_rejected(ledger: SessionLedger) -> None:
         ledger.session(ALICE, "s1", at_version=1, at_time=ledger.history(ALICE, "s1")[0].timestamp)
 
 
+def _snapshot_versions(ledger: SessionLedger, key: str) -> list[int]:
+    sid = ledger.session(ALICE, key).session_id
+    return [s.originator_version for s in ledger._app.snapshots.get(sid)]  # type: ignore[union-attr]
+
+
 def test_snapshots_bound_the_replay(make_ledger: Callable[..., SessionLedger]) -> None:
-    """Snapshots are written every snapshot_interval events and a reload equals the live state."""
+    """A session whose commits fold messages away is snapshotted every interval or so."""
+    ledger = make_ledger(snapshot_interval=5)
+    for i in range(12):
+        ledger.add_message(ALICE, "s1", "user", f"m{i}")
+        ledger.commit(ALICE, "s1")
+    # Archives accumulate (1 per commit), so each snapshot saves a little less.
+    assert _snapshot_versions(ledger, "s1") == [5, 11, 17, 23]
+    assert make_ledger().session(ALICE, "s1") == ledger.session(ALICE, "s1")
+
+
+def test_a_buffer_that_only_grows_is_not_snapshotted_again_and_again(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """Without commits a snapshot would be as big as the replay it saves, so none is taken."""
     ledger = make_ledger(snapshot_interval=5)
     for i in range(23):
         ledger.add_message(ALICE, "s1", "user", f"m{i}")
-    stored = list(ledger._app.snapshots.get(ledger.session(ALICE, "s1").session_id))  # type: ignore[union-attr]
-    assert [s.originator_version for s in stored] == [5, 10, 15, 20]
+    assert _snapshot_versions(ledger, "s1") == []
+    ledger.commit(ALICE, "s1")  # the commit folds all 23 away: now a snapshot pays
+    assert _snapshot_versions(ledger, "s1") == [25]
     assert make_ledger().session(ALICE, "s1") == ledger.session(ALICE, "s1")
 
 
