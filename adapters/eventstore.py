@@ -121,6 +121,7 @@ class _SqlRecorder:
         # process on a lock avoids busy-wait retries inside the driver.
         self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
         self._writer: Any = None
+        self._writer_cursor: Any = None
 
     def _id_param(self, originator_id: UUID | str) -> Any:
         value = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
@@ -159,7 +160,7 @@ class _SqlRecorder:
                     raise
             except self.dbapi.Error as error:
                 if not isinstance(error, self.dbapi.IntegrityError):
-                    self._writer = None  # start afresh with a new connection next time
+                    self._writer = self._writer_cursor = None  # a new connection next time
                     connection.invalidate()
                 raise self._translate(error) from error
             finally:
@@ -189,7 +190,7 @@ class _SqlRecorder:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            self._writer = None
+            self._writer = self._writer_cursor = None
 
     def _select(
         self,
@@ -331,7 +332,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         # SQLite fast path: the last position this process wrote and the chain
         # heads of sessions it appended to (see _append_sqlite).
         self._position: int | None = None
-        self._heads: OrderedDict[UUID, tuple[int, bytes]] = OrderedDict()
+        self._heads: OrderedDict[int, tuple[int, bytes]] = OrderedDict()  # by UUID.int
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """Append events, each hashed onto its session's chain; return their positions."""
@@ -365,8 +366,10 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         with self._write_lock:
             if self._writer is None:
                 self._writer = self.engine.raw_connection()
+            if self._writer_cursor is None:
+                self._writer_cursor = self._writer.dbapi_connection.cursor()
             connection = self._writer
-            cursor = connection.cursor()
+            cursor = self._writer_cursor  # kept open with the connection: one less per append
             batch = len(rows) > 1
             try:
                 if batch:
@@ -382,18 +385,16 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
             except self.dbapi.Error as error:
                 self._forget_positions()
                 if not isinstance(error, self.dbapi.IntegrityError):
-                    self._writer = None  # start afresh with a new connection next time
+                    self._writer = self._writer_cursor = None  # a new connection next time
                     connection.invalidate()
                 raise self._translate(error) from error
             except BaseException:
                 self._forget_positions()
                 raise
-            finally:
-                cursor.close()
             self._position = positions[-1]
-            for oid, head in heads.items():
-                self._heads[oid] = head
-                self._heads.move_to_end(oid)
+            for stream, head in heads.items():
+                self._heads[stream] = head
+                self._heads.move_to_end(stream)
             while len(self._heads) > _KEPT_HEADS:
                 self._heads.popitem(last=False)
             return positions
@@ -407,8 +408,8 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         cursor: Any,
         rows: Sequence[StoredEvent],
         position: int | None,
-        known: Mapping[UUID, tuple[int, bytes]],
-    ) -> tuple[list[int], dict[UUID, tuple[int, bytes]]]:
+        known: Mapping[int, tuple[int, bytes]],
+    ) -> tuple[list[int], dict[int, tuple[int, bytes]]]:
         """Insert ``rows`` chained and numbered; returns their positions and the new heads.
 
         ``position`` and ``known`` heads are what the caller believes; unknown
@@ -417,7 +418,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         if position is None:
             cursor.execute(self._sql_max_id)
             position = int(cursor.fetchone()[0])
-        heads: dict[UUID, tuple[int, bytes]] = {}
+        heads: dict[int, tuple[int, bytes]] = {}
         positions: list[int] = []
         for row in rows:
             oid = (
@@ -425,8 +426,9 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
                 if isinstance(row.originator_id, UUID)
                 else UUID(str(row.originator_id))
             )
+            stream = oid.int  # dict key: hashing an int skips UUID.__hash__ (Python code)
             version = row.originator_version
-            head = heads.get(oid) or known.get(oid)
+            head = heads.get(stream) or known.get(stream)
             if head is None or head[0] != version - 1:
                 head = (version - 1, self._hash_of(cursor, oid, version - 1))
             position += 1
@@ -453,7 +455,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
                     digest,
                 ),
             )
-            heads[oid] = (version, digest)
+            heads[stream] = (version, digest)
             positions.append(position)
         return positions, heads
 

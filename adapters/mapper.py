@@ -21,6 +21,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_new_stored = object.__new__
 _decode_json = json.JSONDecoder().decode  # str in: skips json.loads' encoding sniffing
 _ORIGINATOR_FIELDS = {"originator_id", "originator_version"}
 
@@ -65,13 +66,17 @@ class PydanticMapper(Mapper[UUID]):
             data = self.compressor.compress(data)
         if self.cipher:
             data = self.cipher.encrypt(data)
-        return TimedStoredEvent(
+        # Built without the frozen dataclass __init__ (one object.__setattr__
+        # per field): this runs for every event appended.
+        stored = _new_stored(TimedStoredEvent)
+        stored.__dict__.update(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
             topic=get_topic(cls),
             state=data,
             timestamp_us=to_micros(domain_event.timestamp),
         )
+        return stored
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         data = stored_event.state

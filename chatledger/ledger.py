@@ -85,6 +85,9 @@ from chatledger.settings import LedgerSettings, load_settings
 R = TypeVar("R")
 
 _MIN_WRITE_ATTEMPTS = 5
+_MESSAGE_FIELDS = frozenset(
+    ("role", "content", "name", "tool_call", "message_id", "id", "created_at")
+)
 _KEPT_TASKS = 10_000  # finished async commit tasks remembered for task()
 
 
@@ -167,9 +170,10 @@ class SessionLedger:
             ) from error
         # Loaded sessions, least recently used first, each with its lock: the
         # strong reference keeps the (weakly held) lock alive while cached.
-        self._cache: OrderedDict[UUID, tuple[Session, _SessionLock | None]] = OrderedDict()
+        # Keyed by UUID.int: hashing an int skips UUID.__hash__ (Python code) on the hot path.
+        self._cache: OrderedDict[int, tuple[Session, _SessionLock | None]] = OrderedDict()
         self._cache_lock = threading.Lock()
-        self._locks: weakref.WeakValueDictionary[UUID, _SessionLock] = weakref.WeakValueDictionary()
+        self._locks: weakref.WeakValueDictionary[int, _SessionLock] = weakref.WeakValueDictionary()
         self._locks_guard = threading.Lock()
         self._inflight: set[UUID] = set()
         self._inflight_lock = threading.Lock()
@@ -216,14 +220,10 @@ class SessionLedger:
         context: ClientContext | None = None,
     ) -> AddedMessage:
         """Record one message (creating the session on first use)."""
-        spec = {
-            "role": role,
-            "content": content,
-            "name": name,
-            "tool_call": tool_call,
-            "message_id": message_id,
-        }
-        return self._add_messages(principal, key, [spec], account_id, context)[0]
+        tenant, key, sid = self._target(principal, key, account_id)
+        now = self._now()
+        message = self._make_message(role, content, name, tool_call, message_id, None, now)
+        return self._record_messages(principal, tenant, key, sid, [message], now, context)[0]
 
     @_public
     def add_messages(
@@ -236,27 +236,28 @@ class SessionLedger:
         context: ClientContext | None = None,
     ) -> list[AddedMessage]:
         """Record several messages in one transaction: all of them, or none."""
-        return self._add_messages(principal, key, messages, account_id, context)
-
-    def _add_messages(
-        self,
-        principal: Principal,
-        key: str,
-        messages: Sequence[Mapping[str, Any] | Message],
-        account_id: str | None,
-        context: ClientContext | None,
-    ) -> list[AddedMessage]:
         tenant, key, sid = self._target(principal, key, account_id)
         if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
             raise InvalidInput("messages must be a list of message dicts or Message objects.")
         if not messages:
             raise InvalidInput("add_messages needs at least one message.")
         now = self._now()
-        built = [self._build_message(spec, now) for spec in messages]
+        built = [self._message_from_spec(spec, now) for spec in messages]
         ids = [m.id for m in built]
         if len(set(ids)) != len(ids):
             raise InvalidInput("Message ids within one call must be distinct.")
+        return self._record_messages(principal, tenant, key, sid, built, now, context)
 
+    def _record_messages(
+        self,
+        principal: Principal,
+        tenant: str,
+        key: str,
+        sid: UUID,
+        built: list[Message],
+        now: datetime,
+        context: ClientContext | None,
+    ) -> list[AddedMessage]:
         def apply(session: Session) -> list[int]:
             versions = []
             for message in built:
@@ -727,16 +728,20 @@ class SessionLedger:
         if self._closed:
             raise StoreUnavailable("This ledger is closed; open a new SessionLedger.")
         tenant = principal.account_id if account_id is None else account_id
-        validate_key(tenant, what="account id")
-        validate_key(key)
+        try:
+            sid = session_id(tenant, key)  # validates both (results are cached)
+        except TypeError:  # unhashable: not a str; say so in chatledger's words
+            validate_key(tenant, what="account id")
+            validate_key(key)
+            raise
         if tenant != principal.account_id and not principal.is_admin:
             raise AccessDenied(
                 f"Principal of account {principal.account_id!r} may not touch sessions of "
                 f"account {tenant!r}; only admins may name another account."
             )
-        return tenant, key, session_id(tenant, key)
+        return tenant, key, sid
 
-    def _build_message(self, spec: Mapping[str, Any] | Message, now: datetime) -> Message:
+    def _message_from_spec(self, spec: Mapping[str, Any] | Message, now: datetime) -> Message:
         if isinstance(spec, Message):
             fields: dict[str, Any] = spec.model_dump()
             fields["message_id"] = fields.pop("id")
@@ -744,21 +749,31 @@ class SessionLedger:
             fields = dict(spec)
         else:
             raise InvalidInput("Each message must be a dict or a Message.")
-        unknown = set(fields) - {
-            "role",
-            "content",
-            "name",
-            "tool_call",
-            "message_id",
-            "id",
-            "created_at",
-        }
+        unknown = fields.keys() - _MESSAGE_FIELDS
         if unknown:
             raise InvalidInput(f"Unknown message fields {sorted(unknown)}.")
-        role = fields.get("role")
+        return self._make_message(
+            fields.get("role"),
+            fields.get("content"),
+            fields.get("name"),
+            fields.get("tool_call"),
+            fields.get("message_id") or fields.get("id"),
+            fields.get("created_at"),
+            now,
+        )
+
+    def _make_message(
+        self,
+        role: Any,
+        content: Any,
+        name: Any,
+        tool_call: Any,
+        message_id: Any,
+        created_at: Any,
+        now: datetime,
+    ) -> Message:
         if role not in ROLES:
             raise InvalidInput(f"Unknown role {role!r}; use one of {', '.join(ROLES)}.")
-        content = fields.get("content")
         if not isinstance(content, str):
             raise InvalidInput(f"Message content must be a str, not {type(content).__name__}.")
         if len(content) > self.settings.max_content_chars:
@@ -766,55 +781,53 @@ class SessionLedger:
                 f"Message content has {len(content)} characters; the limit is "
                 f"{self.settings.max_content_chars} (setting max_content_chars)."
             )
-        message_id = fields.get("message_id") or fields.get("id")
-        if message_id is None:
+        if not message_id:
             message_id = new_id()
         else:
             validate_key(message_id, what="message id")
-        tool_call = fields.get("tool_call")
         if tool_call is not None and not isinstance(tool_call, ToolCall):
             tool_call = ToolCall.model_validate(tool_call)
         return Message(
             id=message_id,
             role=role,
             content=content,
-            created_at=fields.get("created_at") or now,
-            name=fields.get("name"),
+            created_at=created_at or now,
+            name=name,
             tool_call=tool_call,
         )
 
     def _session_lock(self, sid: UUID) -> _SessionLock:
         """The lock serialising this process's writes (and loads) of one session."""
         with self._locks_guard:
-            holder = self._locks.get(sid)
+            holder = self._locks.get(sid.int)
             if holder is None:
                 holder = _SessionLock()
-                self._locks[sid] = holder
+                self._locks[sid.int] = holder
         return holder
 
     def _cached(self, sid: UUID) -> Session | None:
         with self._cache_lock:
-            entry = self._cache.get(sid)
+            entry = self._cache.get(sid.int)
             if entry is None:
                 return None
-            self._cache.move_to_end(sid)
+            self._cache.move_to_end(sid.int)
             return entry[0]
 
     def _remember(self, sid: UUID, session: Session) -> None:
         if self.settings.cache_size == 0:
             return
         with self._cache_lock:
-            entry = self._cache.get(sid)
+            entry = self._cache.get(sid.int)
             if entry is not None and entry[0] is session:
                 return  # the cached object itself was changed (and _cached refreshed it)
-            self._cache[sid] = (session, self._locks.get(sid))
-            self._cache.move_to_end(sid)
+            self._cache[sid.int] = (session, self._locks.get(sid.int))
+            self._cache.move_to_end(sid.int)
             while len(self._cache) > self.settings.cache_size:
                 self._cache.popitem(last=False)
 
     def _forget(self, sid: UUID) -> None:
         with self._cache_lock:
-            self._cache.pop(sid, None)
+            self._cache.pop(sid.int, None)
 
     def _load(self, sid: UUID, *, fresh: bool = True) -> Session | None:
         """The session (caller holds its lock), from the cache or the store.

@@ -219,6 +219,11 @@ class Session(BaseAggregate[UUID]):
         event.mutate(self)
         self._pending_events.append(event)
 
+    def collect_events(self) -> list[Any]:
+        """Hand over the pending events (oldest first) and forget them."""
+        pending, self._pending_events = self._pending_events, []
+        return pending
+
     # ---------------------------------------------------------------- queries
     def missing_ids(self, message_ids: Sequence[str]) -> set[str]:
         return {i for i in message_ids if i not in self.buffer}
