@@ -43,7 +43,7 @@ def normalise_url(url: str) -> str:
 def create_store_engine(
     url: str,
     *,
-    synchronous: Synchronous = "full",
+    synchronous: Synchronous = "normal",
     busy_timeout: float = 10.0,
 ) -> Engine:
     """An engine for ``url`` with chatledger's durability and locking settings."""

@@ -22,7 +22,7 @@ ledger >= 2x SQLiteSession (judged on the single-session ledger contender).
 
 Run::
 
-    python benchmarks/bench_append.py                      # FULL, 2000 msgs x 5 rounds
+    python benchmarks/bench_append.py                      # NORMAL (default) and FULL, 2000 x 5
     python benchmarks/bench_append.py --synchronous normal
     python benchmarks/bench_append.py --synchronous both --n 1000 --rounds 3 --check
     python benchmarks/bench_append.py --profile 3000      # cProfile of add_message (NORMAL)
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         "--synchronous",
         choices=["full", "normal", "both"],
         default=None,
-        help="SQLite synchronous level for every contender (default full; --profile: normal)",
+        help="SQLite synchronous level for every contender (default: both; --profile: normal)",
     )
     parser.add_argument(
         "--sessions", type=int, default=100, help="sessions of the round-robin contender (1: off)"
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             "importable. Install it with `pip install openai-agents` to compare.",
             highlight=False,
         )
-    levels = LEVELS[args.synchronous or "full"]
+    levels = LEVELS[args.synchronous or "both"]
     console.print(
         f"{provenance()}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
         f"{os.cpu_count()} CPUs, n={args.n}, rounds={args.rounds}",
