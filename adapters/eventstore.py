@@ -192,14 +192,16 @@ class _SqlRecorder:
             self._writer.close()
             self._writer = self._writer_cursor = None
 
-    def _select(
+    def select_events(
         self,
         originator_id: UUID | str,
-        gt: int | None,
-        lte: int | None,
-        desc: bool,
-        limit: int | None,
-    ) -> list[StoredEvent]:
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """One stream's rows (events or snapshots) in version order, as the library reads them."""
         t = self.table
         oid = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
         query = select(t.c.originator_version, t.c.topic, t.c.state, t.c.timestamp_us).where(
@@ -299,17 +301,6 @@ class SqlSnapshotRecorder(_SqlRecorder, AggregateRecorder):
         # Another process may have stored the same snapshot: equal by construction.
         with contextlib.suppress(IntegrityError):
             self._in_write_transaction(insert, lock_sql=None)
-
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        return self._select(originator_id, gt, lte, desc, limit)
 
 
 class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
@@ -517,17 +508,6 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
                     yield _chain_row(*values)
         except Exception as error:
             raise self._translate_any(error) from error
-
-    def select_events(
-        self,
-        originator_id: UUID | str,
-        *,
-        gt: int | None = None,
-        lte: int | None = None,
-        desc: bool = False,
-        limit: int | None = None,
-    ) -> Sequence[StoredEvent]:
-        return self._select(originator_id, gt, lte, desc, limit)
 
     def version_at(self, originator_id: UUID, timestamp_us: int) -> int | None:
         """The last version of a stream recorded at or before a moment, if any."""
