@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -20,16 +19,11 @@ from eventsourcing.persistence import Mapper, MapperDeserialisationError, Stored
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+from chatledger.domain.timestamps import to_micros
+
 _new_stored = object.__new__
 _decode_json = json.JSONDecoder().decode  # str in: skips json.loads' encoding sniffing
 _ORIGINATOR_FIELDS = {"originator_id", "originator_version"}
-
-
-def to_micros(moment: datetime) -> int:
-    """Microseconds since the epoch (UTC) of an aware datetime."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,6 @@ def _key_terms(texts: Sequence[str], count: int) -> list[str]:
     return [term for term, _ in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))[:count]]
 
 
-def _message_count(archive: ArchiveSummary) -> int:
-    count = archive.metadata.get("message_count")
-    return count if isinstance(count, int) else len(archive.message_ids)
-
-
 class ExtractiveSummarizer:
     """Summarises by extraction: role-tagged first sentences plus key terms."""
 
@@ -73,7 +68,7 @@ class ExtractiveSummarizer:
         overview = self._fit(
             [self._fit(a.overview.splitlines(), share) for a in archives if a.overview]
         )
-        covered = sum(_message_count(a) for a in archives)
+        covered = sum(a.covered_count for a in archives)
         terms = _key_terms([a.overview for a in archives], self.key_terms)
         abstract = f"merge of {len(archives)} archives covering {covered} messages"
         if terms:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -25,6 +24,7 @@ from chatledger.adapters.mapper import TimedStoredEvent
 from chatledger.domain.errors import InvalidInput
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import Session
+from chatledger.domain.timestamps import from_micros
 from chatledger.domain.values import Principal
 from chatledger.results import ChainHead, ImportResult, VerifyIssue, VerifyReport
 
@@ -200,7 +200,7 @@ def export(ledger: SessionLedger, principal: Principal, key: str | None) -> Iter
                     "version": row.version,
                     "type": row.topic.rsplit(":", 1)[-1],
                     "topic": row.topic,
-                    "timestamp": datetime.fromtimestamp(row.timestamp_us / 1e6, UTC).isoformat(),
+                    "timestamp": from_micros(row.timestamp_us).isoformat(),
                     "timestamp_us": row.timestamp_us,
                     "state": row.state.decode(),
                     "hash": row.hash.hex(),

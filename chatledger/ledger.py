@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     )
 from chatledger.adapters.database import SQLAlchemyError, create_store_engine
 from chatledger.adapters.eventstore import EventStoreApplication, create_tables
-from chatledger.adapters.mapper import to_micros
 from chatledger.adapters.summarizer import ExtractiveSummarizer
 from chatledger.domain.errors import (
     AccessDenied,
@@ -57,6 +56,7 @@ from chatledger.domain.identity import session_id, validate_key
 from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer
 from chatledger.domain.quality import entity_retention_ratio
 from chatledger.domain.session import Session
+from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import (
     ROLES,
     ArchiveSummary,
@@ -360,7 +360,7 @@ class SessionLedger:
                 metadata={
                     **summary.metadata,
                     "merged_from": list(source_ids),
-                    "message_count": sum(_covered(a) for a in sources),
+                    "message_count": sum(a.covered_count for a in sources),
                 },
             )
 
@@ -1105,12 +1105,6 @@ class SessionLedger:
             turn_count=session.turn_count,
             should_compress=session.should_compress(self.settings.compress_threshold),
         )
-
-
-def _covered(archive: ArchiveSummary) -> int:
-    """How many messages an archive stands for (merged archives count their sources')."""
-    count = archive.metadata.get("message_count")
-    return count if isinstance(count, int) else len(archive.message_ids)
 
 
 def _error_text(error: BaseException) -> str:

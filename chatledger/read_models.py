@@ -45,8 +45,9 @@ from chatledger.domain.errors import (
     UnknownSession,
 )
 from chatledger.domain.identity import session_id, validate_key
+from chatledger.domain.timestamps import from_micros, to_micros
 from chatledger.domain.values import Principal
-from chatledger.projections.audit import EVENT_NAMES, from_micros, to_micros
+from chatledger.projections.audit import EVENT_NAMES
 
 if TYPE_CHECKING:
     from chatledger.ledger import SessionLedger

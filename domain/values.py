@@ -24,11 +24,10 @@ class Value(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-
-_PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]*$"
-"""Matches text without ASCII or Unicode C0/C1 control characters."""
+_CONTROL = r"\x00-\x1f\x7f-\x9f"  # ASCII and Unicode C0/C1 control characters
+_CONTROL_CHARACTER = re.compile(f"[{_CONTROL}]")
+_PRINTABLE = f"^[^{_CONTROL}]*$"
+"""Matches text without control characters (the same rule, as a pydantic pattern)."""
 
 
 def has_control_characters(text: str) -> bool:
@@ -98,6 +97,12 @@ class ArchiveSummary(Value):
     tokens: int = Field(ge=0)
     created_at: datetime
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def covered_count(self) -> int:
+        """How many messages the archive stands for (a merge counts its sources')."""
+        count = self.metadata.get("message_count")
+        return count if isinstance(count, int) else len(self.message_ids)
 
 
 def estimate_tokens(content: str) -> int:

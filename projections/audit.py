@@ -12,7 +12,7 @@ is pure: no I/O, no clock; timestamps are integer microseconds (UTC).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -27,24 +27,12 @@ from chatledger.domain.events import (
     Started,
 )
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import ArchiveSummary, Message, estimate_tokens
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SUMMARY_ERROR_CHARS = 80
 
 EVENT_NAMES: frozenset[str] = frozenset(cls.__name__ for cls in EVENT_TYPES)
-
-
-def to_micros(moment: datetime) -> int:
-    """Microseconds since the epoch (UTC) of an aware datetime (as the store records it)."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def from_micros(micros: int) -> datetime:
-    """The aware UTC datetime of ``micros`` since the epoch (exact, no float rounding)."""
-    seconds, rest = divmod(micros, 1_000_000)
-    return datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest)
 
 
 # Not frozen: a frozen dataclass sets every field through object.__setattr__,

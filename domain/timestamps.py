@@ -1,0 +1,23 @@
+"""Timestamps as the store records them: integer microseconds since the epoch, UTC.
+
+Exact in both directions (no float rounding), so a stored time and the
+event's own timestamp always agree.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_micros(moment: datetime) -> int:
+    """Microseconds since the epoch (UTC) of an aware datetime."""
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(micros: int) -> datetime:
+    """The aware UTC datetime of ``micros`` since the epoch."""
+    seconds, rest = divmod(micros, 1_000_000)
+    return datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest)
