@@ -4,10 +4,11 @@ One place decides connection settings: SQLite files run in WAL mode with the
 configured ``synchronous`` level and a busy timeout, with the driver in
 autocommit mode so that transactions begin explicitly: SQLAlchemy's emit a
 plain ``BEGIN`` (reads must not take the write lock) and the event append
-issues ``BEGIN IMMEDIATE`` itself, taking the write lock up front so two
-appenders never deadlock upgrading a read lock;
-PostgreSQL URLs use the psycopg 3 driver. Driver errors are translated into
-``chatledger.errors`` at this boundary.
+takes the write lock with its first statement (``BEGIN IMMEDIATE``, or a
+single autocommitted INSERT), so two appenders never deadlock upgrading a read
+lock. PostgreSQL URLs use the psycopg 3 driver. Bad URLs and missing drivers
+become ``InvalidSettings`` here; errors of a working engine are translated by
+the recorders and by ``chatledger.boundary``.
 """
 
 from __future__ import annotations
@@ -15,21 +16,17 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-from sqlalchemy.exc import SQLAlchemyError as _SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError as SQLAlchemyError  # re-exported for the face
 from sqlalchemy.pool import StaticPool
 
-from chatledger.domain.errors import InvalidSettings, StoreUnavailable
+from chatledger.domain.errors import InvalidSettings
 
 Synchronous = Literal["full", "normal"]
-
-SQLAlchemyError = _SQLAlchemyError
 
 
 def normalise_url(url: str) -> str:
@@ -135,14 +132,3 @@ def _switch_to_wal(cursor: Any, busy_timeout: float) -> None:
             if "locked" not in str(error) or time.monotonic() >= deadline:
                 raise
             time.sleep(random.uniform(0.005, 0.05))
-
-
-@contextmanager
-def translated_errors(action: str) -> Iterator[None]:
-    """Re-raise SQLAlchemy errors raised while doing ``action`` as ``StoreUnavailable``."""
-    try:
-        yield
-    except _SQLAlchemyError as error:
-        raise StoreUnavailable(
-            f"Could not {action}: {error.__class__.__name__}: {error}"
-        ) from error

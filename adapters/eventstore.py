@@ -4,10 +4,12 @@
 of a raw insert rate, which would make the append path the bottleneck. These
 recorders implement the library's ``ApplicationRecorder`` /
 ``AggregateRecorder`` interfaces on SQLAlchemy Core (tables, reads, DDL) and
-issue the append itself on a pooled DB-API connection: one short transaction,
-``BEGIN IMMEDIATE`` on SQLite and ``LOCK TABLE ... IN EXCLUSIVE MODE`` on
-PostgreSQL, so notification ids are assigned in commit order and a reader
-following the log can never skip an event committed late. Version conflicts
+issue the append itself on a DB-API connection: on SQLite one long-lived
+writer per process and one autocommitted INSERT per event (several events
+share a ``BEGIN IMMEDIATE`` transaction), on PostgreSQL one transaction under
+``LOCK TABLE ... IN EXCLUSIVE MODE``. Positions are assigned inside the write
+(max + 1), so they follow commit order and a reader following the log can
+never skip an event committed late. Version conflicts
 surface as the library's ``IntegrityError``; other driver errors as its
 ``OperationalError`` / ``DatabaseError`` (translated to ``chatledger.errors``
 by the application service).
