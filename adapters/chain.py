@@ -65,6 +65,7 @@ class ChainRow:
     state: bytes
     timestamp_us: int
     hash: bytes
+    facts: tuple[object, ...] | None = None  # the stored facts, when read from a store
 
 
 class BrokenLink(BaseModel):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -42,6 +42,7 @@ from eventsourcing.utils import Environment
 from sqlalchemy import (
     BigInteger,
     Column,
+    Connection,
     Engine,
     Index,
     Integer,
@@ -50,6 +51,7 @@ from sqlalchemy import (
     Table,
     Text,
     Uuid,
+    inspect,
     select,
     text,
     type_coerce,
@@ -57,7 +59,10 @@ from sqlalchemy import (
 
 from chatledger.adapters.chain import GENESIS, ChainRow, chain_hash
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
+from chatledger.domain.errors import StoreUnavailable
 from chatledger.domain.session import Session, replay
+from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
+from chatledger.projections.facts import FACT_COLUMNS, StoredFacts, stored_facts
 
 metadata = MetaData()
 _R = TypeVar("_R", bound="_SqlRecorder")
@@ -67,6 +72,7 @@ _KEPT_HEADS = 10_000  # chain heads remembered by the SQLite append fast path
 _T = TypeVar("_T")
 
 _id_type = BigInteger().with_variant(Integer(), "sqlite")
+CARRIES_ARCHIVES = "event_type IN ({})".format(", ".join(f"'{t}'" for t in ARCHIVE_EVENT_TYPES))
 
 events_table = Table(
     "chatledger_events",
@@ -80,8 +86,55 @@ events_table = Table(
     Column("state", LargeBinary, nullable=False),
     Column("timestamp_us", BigInteger, nullable=False),
     Column("hash", LargeBinary, nullable=False),
+    # Stored facts (chatledger.projections.facts): derived from the event and
+    # written with it, so read models rebuild set-wise in SQL. Not hashed:
+    # verify recomputes them from the payload.
+    Column("event_type", Text, nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("session_key", Text, nullable=False),
+    Column("actor_account", Text, nullable=False),
+    Column("actor_user", Text, nullable=False),
+    Column("actor_agent", Text, nullable=False),
+    Column("actor_role", Text, nullable=False),
+    Column("trace_id", Text, nullable=False),
+    Column("messages", BigInteger, nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+    Column("turns", BigInteger, nullable=False),
+    Column("commits", BigInteger, nullable=False),
+    Column("archives", BigInteger, nullable=False),
+    Column("last_commit_us", BigInteger, nullable=True),
+    Column("status", Text, nullable=True),
+    Column("tool_name", Text, nullable=True),
+    Column("tool_status", Text, nullable=True),
+    Column("prompt_tokens", BigInteger, nullable=False),
+    Column("completion_tokens", BigInteger, nullable=False),
+    Column("summary", Text, nullable=False),
     Index("chatledger_events_stream", "originator_id", "originator_version", unique=True),
+    # The session directory: one entry per session (its creation event), by
+    # account and key. Partial, so appends other than creations pay nothing.
+    Index(
+        "chatledger_events_sessions",
+        "tenant",
+        "session_key",
+        sqlite_where=text("originator_version = 1"),
+        postgresql_where=text("originator_version = 1"),
+    ),
+    # Creations by position, and the events that carry archive bodies (about
+    # one in a hundred), for the working set and the archive history; partial too.
+    Index(
+        "chatledger_events_created",
+        "id",
+        sqlite_where=text("originator_version = 1"),
+        postgresql_where=text("originator_version = 1"),
+    ),
+    Index(
+        "chatledger_events_archives",
+        "id",
+        sqlite_where=text(CARRIES_ARCHIVES),
+        postgresql_where=text(CARRIES_ARCHIVES),
+    ),
 )
+assert tuple(c.name for c in events_table.columns)[7:] == FACT_COLUMNS
 
 snapshots_table = Table(
     "chatledger_snapshots",
@@ -92,6 +145,62 @@ snapshots_table = Table(
     Column("state", LargeBinary, nullable=False),
     Column("timestamp_us", BigInteger, nullable=False),
 )
+
+
+def query_audit(
+    connection: Connection,
+    *,
+    account_id: str | None,
+    session_id: UUID | None,
+    since_us: int | None,
+    until_us: int | None,
+    types: Iterable[str] | None,
+    limit: int,
+    offset: int,
+) -> list[dict[str, Any]]:
+    """The audit log: stored events with their facts, in log order, filtered; ``until`` exclusive.
+
+    Every event row carries its audit facts (actor, type, summary, the
+    session's account and key), written in the same statement as the event,
+    so the audit log is the store itself: never behind, nothing to rebuild.
+    An account's events are found through its sessions (the session
+    directory index, then each session's stream).
+    """
+    t = events_table
+    query = select(
+        t.c.id.label("position"),
+        t.c.originator_id.label("session_id"),
+        t.c.tenant.label("account_id"),
+        t.c.session_key,
+        t.c.originator_version.label("version"),
+        t.c.event_type,
+        t.c.actor_account,
+        t.c.actor_user,
+        t.c.actor_agent,
+        t.c.actor_role,
+        t.c.trace_id,
+        t.c.timestamp_us,
+        t.c.summary,
+    )
+    if session_id is not None:
+        query = query.where(t.c.originator_id == session_id)
+    if account_id is not None:
+        sessions = events_table.alias("sessions")
+        query = query.where(
+            t.c.originator_id.in_(
+                select(sessions.c.originator_id).where(
+                    sessions.c.tenant == account_id, sessions.c.originator_version == 1
+                )
+            )
+        )
+    if since_us is not None:
+        query = query.where(t.c.timestamp_us >= since_us)
+    if until_us is not None:
+        query = query.where(t.c.timestamp_us < until_us)
+    if types is not None:
+        query = query.where(t.c.event_type.in_(list(types)))
+    rows = connection.execute(query.order_by(t.c.id).limit(limit).offset(offset))
+    return [dict(row) for row in rows.mappings()]
 
 
 def create_tables(engine: Engine) -> None:
@@ -108,6 +217,13 @@ def create_tables(engine: Engine) -> None:
             if engine.dialect.name == "postgresql":
                 connection.execute(text("SELECT pg_advisory_xact_lock(7366524411)"))
             metadata.create_all(connection, checkfirst=True)
+            columns = {c["name"] for c in inspect(connection).get_columns(events_table.name)}
+            if not set(FACT_COLUMNS) <= columns:
+                raise StoreUnavailable(
+                    f"The table {events_table.name} was created by a development build of "
+                    "chatledger before 0.1.0 (it has no stored-facts columns) and cannot be "
+                    "opened by this version; point the ledger at a new database."
+                )
 
 
 class _SqlRecorder:
@@ -263,7 +379,15 @@ def _as_uuid(value: Any) -> UUID:
 
 
 def _chain_row(
-    position: Any, oid: Any, version: Any, topic: Any, state: Any, timestamp_us: Any, digest: Any
+    position: Any,
+    oid: Any,
+    version: Any,
+    topic: Any,
+    state: Any,
+    timestamp_us: Any,
+    digest: Any,
+    *,
+    facts: tuple[Any, ...] | None = None,
 ) -> ChainRow:
     """A stored row as the chain sees it; values of the wrong type become impossible ones."""
     return ChainRow(
@@ -274,6 +398,7 @@ def _chain_row(
         state=_as_bytes(state),
         timestamp_us=_as_int(timestamp_us),
         hash=_as_bytes(digest),
+        facts=facts,
     )
 
 
@@ -313,9 +438,9 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         self.chain_key = chain_key
         mark = self._mark
         name = table.name
+        columns = [c.name for c in table.columns]
         self._sql_insert = (
-            f"INSERT INTO {name} (id, originator_id, originator_version, topic, state, "
-            f"timestamp_us, hash) VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {mark}, {mark})"
+            f"INSERT INTO {name} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})"
         )
         self._sql_max_id = f"SELECT COALESCE(MAX(id), 0) FROM {name}"
         self._sql_hash_of = (
@@ -424,6 +549,9 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
             head = heads.get(stream) or known.get(stream)
             if head is None or head[0] != version - 1:
                 head = (version - 1, self._hash_of(cursor, oid, version - 1))
+            facts: StoredFacts | None = getattr(row, "facts", None)
+            if facts is None:
+                raise DatabaseError(f"event {version} of {oid} has no stored facts to record")
             position += 1
             timestamp_us = getattr(row, "timestamp_us", 0)
             digest = chain_hash(
@@ -446,6 +574,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
                     row.state,
                     timestamp_us,
                     digest,
+                    *facts,
                 ),
             )
             heads[stream] = (version, digest)
@@ -463,14 +592,14 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
             raise IntegrityError(f"no event {version} of {originator_id} to chain onto")
         return bytes(found[0])
 
-    def insert_exported(self, rows: Sequence[ChainRow]) -> None:
-        """Insert rows with their original positions and hashes, into an empty store."""
+    def insert_exported(self, rows: Sequence[ChainRow], facts: Sequence[StoredFacts]) -> None:
+        """Insert rows with their original positions and hashes (and facts) into an empty store."""
 
         def insert(cursor: Any) -> None:
             cursor.execute(self._sql_max_id)
             if int(cursor.fetchone()[0]) != 0:
                 raise IntegrityError("the event store is not empty")
-            for row in rows:
+            for row, row_facts in zip(rows, facts, strict=True):
                 cursor.execute(
                     self._sql_insert,
                     (
@@ -481,6 +610,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
                         row.state,
                         row.timestamp_us,
                         row.hash,
+                        *row_facts,
                     ),
                 )
 
@@ -499,7 +629,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         )
         query = select(
             t.c.id, raw_id, t.c.originator_version, t.c.topic, t.c.state,
-            t.c.timestamp_us, t.c.hash,
+            t.c.timestamp_us, t.c.hash, *(t.c[c] for c in FACT_COLUMNS),
         ).order_by(t.c.originator_id, t.c.originator_version)  # fmt: skip
         if originator_id is not None:
             query = query.where(t.c.originator_id == originator_id)
@@ -507,7 +637,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
             with self.engine.connect() as connection:
                 result = connection.execution_options(yield_per=2000).execute(query)
                 for values in result:
-                    yield _chain_row(*values)
+                    yield _chain_row(*values[:7], facts=tuple(values[7:]))
         except Exception as error:
             raise self._translate_any(error) from error
 
@@ -656,7 +786,11 @@ class EventStoreApplication(Application[UUID]):
         pending = session.collect_events()
         if not pending:
             return []
-        stored = [self.mapper.to_stored_event(e) for e in pending]
+        stored = []
+        for event in pending:
+            row = self.mapper.to_stored_event(event)
+            row.__dict__["facts"] = stored_facts(event, session.tenant, session.key)
+            stored.append(row)
         positions = self.event_recorder.insert_events(stored)
         if self.snapshots is not None and session.should_snapshot(self.snapshot_interval):
             self._snapshot(session)

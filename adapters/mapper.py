@@ -31,6 +31,7 @@ class TimedStoredEvent(StoredEvent):
     """A stored event that also knows when it happened (microseconds, UTC)."""
 
     timestamp_us: int = 0
+    facts: tuple[object, ...] | None = None  # StoredFacts, set by the application on append
 
 
 class JSONBytesTranscoder(Transcoder):

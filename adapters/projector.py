@@ -1,15 +1,17 @@
 """The projector: follows the event log and keeps the read models exactly once.
 
-``EventLog`` reads the store's global order (``chatledger_events.id``) in
-batches and turns rows into ``EventFacts`` (plain JSON decoding; the full
-mapper only for records the fast path cannot read: encrypted, compressed or
-older class versions). ``Projector`` applies each batch to every read model
-that has not seen it, **in one transaction with a compare-and-set of each
-model's tracking position** (``UPDATE ... SET position = new WHERE name = ?
-AND position = old AND version = ?``): the rows and the position commit
-together or not at all, so a crash never applies an event twice or skips
-one, and two projectors racing on one model cannot both apply a batch (the
-loser's update matches no row; it rolls back and re-reads).
+``EventLog`` reads the store's global order (``chatledger_events.id``): how
+far a batch reaches, the stored-facts rows of a span (copied into the read
+models' database when that is another one), and the few events that carry
+archives, decoded (plain JSON decoding; the full mapper only for records the
+fast path cannot read: encrypted, compressed or older class versions).
+``Projector`` applies each span to every read model that has not seen it,
+**in one transaction with a compare-and-set of each model's tracking
+position** (``UPDATE ... SET position = new WHERE name = ? AND position =
+old AND version = ?``): the rows and the position commit together or not at
+all, so a crash never applies an event twice or skips one, and two
+projectors racing on one model cannot both apply a span (the loser's update
+matches no row; it rolls back and re-reads).
 
 Ids are assigned in commit order by the append (``BEGIN IMMEDIATE`` on
 SQLite, ``LOCK TABLE ... IN EXCLUSIVE MODE`` on PostgreSQL), so once id N is
@@ -23,7 +25,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -31,26 +32,31 @@ from uuid import UUID
 
 from eventsourcing.persistence import Mapper, Notification
 from eventsourcing.utils import get_topic
-from sqlalchemy import Connection, Engine, and_, select, text, update
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from chatledger.adapters.eventstore import APPEND_CHANNEL, events_table
+from chatledger.adapters.eventstore import APPEND_CHANNEL, CARRIES_ARCHIVES, events_table
 from chatledger.adapters.read_models import (
-    Identities,
+    STAGE_COLUMNS,
+    Span,
     SqlReadModel,
     read_model_metadata,
+    stage_table,
     tracking_table,
 )
 from chatledger.domain.errors import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.events import EVENT_TYPES
 from chatledger.domain.eventsourced import SessionEvent
-from chatledger.projections.audit import EventFacts, facts_from_event, facts_from_json
+from chatledger.projections.archive_events import (
+    ArchiveEvent,
+    archive_event_from_event,
+    archive_event_from_json,
+)
 
 Progress = Callable[[int, int], None]
 """Called after each batch with (events processed so far, log head at start)."""
 
 _TYPE_BY_TOPIC = {get_topic(cls): cls.__name__ for cls in EVENT_TYPES}
-_IDENTITY_CACHE = 100_000
 _decode_json = json.JSONDecoder().decode
 _DDL_LOCK_KEY = 7366524412
 
@@ -69,15 +75,13 @@ def store_errors(action: str) -> Iterator[None]:
 
 
 class EventLog:
-    """The ledger's notification log as ``EventFacts``, plus session identities."""
+    """The ledger's notification log: spans, their fact rows, their archive events."""
 
     def __init__(self, engine: Engine, mapper: Mapper[UUID]) -> None:
         self.engine = engine
         self.mapper = mapper
         # Encrypted or compressed states need the mapper for every record.
         self._fast = mapper.cipher is None and mapper.compressor is None
-        self._identities: OrderedDict[UUID, tuple[str, str]] = OrderedDict()
-        self._uuids: dict[str, UUID] = {}
 
     def head(self) -> int:
         """The position of the newest event (0 for an empty log)."""
@@ -86,39 +90,60 @@ class EventLog:
             value = connection.execute(select(t.c.id).order_by(t.c.id.desc()).limit(1)).scalar()
         return 0 if value is None else int(value)
 
-    def read(self, after: int, limit: int) -> list[EventFacts]:
-        """Up to ``limit`` events after position ``after``, in log order."""
+    def span(self, after: int, limit: int) -> tuple[int, int]:
+        """(count, last position) of the next ``limit`` events after ``after``; (0, after): none."""
+        t = events_table
+        ids = select(t.c.id).where(t.c.id > after).order_by(t.c.id).limit(limit).subquery()
+        query = select(func.count(), func.max(ids.c.id))
+        with store_errors("read the event log"), self.engine.connect() as connection:
+            count, last = connection.execute(query).one()
+        return (0, after) if not count else (int(count), int(last))
+
+    def fact_rows(self, after: int, last: int) -> list[tuple[Any, ...]]:
+        """The stored-facts rows of the span, in ``STAGE_COLUMNS`` order."""
+        t = events_table
+        query = (
+            select(*(t.c[c] for c in STAGE_COLUMNS))
+            .where(t.c.id > after, t.c.id <= last)
+            .order_by(t.c.id)
+        )
+        with store_errors("read the event log"), self.engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(query)]
+
+    def archive_events(self, after: int, last: int) -> list[ArchiveEvent]:
+        """The span's events that carry archives (commits, merges, forks), decoded, in order."""
         t = events_table
         query = (
             select(
-                t.c.id,
-                t.c.originator_id,
-                t.c.originator_version,
-                t.c.topic,
-                t.c.state,
-                t.c.timestamp_us,
+                t.c.id, t.c.originator_id, t.c.originator_version, t.c.topic, t.c.state,
+                t.c.tenant, t.c.session_key,
             )
-            .where(t.c.id > after)
+            # Spelled as the partial index's condition, so the index serves it.
+            .where(t.c.id > after, t.c.id <= last, text(CARRIES_ARCHIVES))
             .order_by(t.c.id)
-            .limit(limit)
-        )
+        )  # fmt: skip
         with store_errors("read the event log"), self.engine.connect() as connection:
             rows = connection.execute(query).all()
-        facts = [self._decode(*row) for row in rows]
-        for f in facts:
-            if f.tenant is not None and f.key is not None:
-                self._remember(f.session_id, (f.tenant, f.key))
-        return facts
+        return [self._decode(*row) for row in rows]
 
     def _decode(
-        self, position: int, oid: UUID, version: int, topic: str, state: bytes, ts: int
-    ) -> EventFacts:
+        self,
+        position: int,
+        oid: UUID,
+        version: int,
+        topic: str,
+        state: bytes,
+        tenant: str,
+        key: str,
+    ) -> ArchiveEvent:
         type_name = _TYPE_BY_TOPIC.get(topic)
         if self._fast and type_name is not None:
             try:
                 data = _decode_json(bytes(state).decode())
                 if "class_version" not in data:
-                    return facts_from_json(position, oid, version, type_name, ts, data)
+                    return archive_event_from_json(
+                        position, oid, version, type_name, tenant, key, data
+                    )
             except (KeyError, TypeError, ValueError):
                 pass  # not the format this version writes: let the mapper decide
         notification = Notification(
@@ -130,52 +155,14 @@ class EventLog:
         )
         try:
             event = self.mapper.to_domain_event(notification)
+            if not isinstance(event, SessionEvent):
+                raise TypeError("not a session event")
+            return archive_event_from_event(event, position, tenant, key)
         except Exception as error:
             raise StoreUnavailable(
                 f"Cannot decode event {position} ({topic}): {error}. Is this chatledger "
                 "version older than the one that wrote it?"
             ) from error
-        if not isinstance(event, SessionEvent):
-            raise StoreUnavailable(f"Event {position} ({topic}) is not a session event.")
-        return facts_from_event(event, position)
-
-    def _remember(self, sid: UUID, identity: tuple[str, str]) -> None:
-        self._identities[sid] = identity
-        self._identities.move_to_end(sid)
-        if len(self._identities) > _IDENTITY_CACHE:
-            self._identities.popitem(last=False)
-
-    def identities(self, sids: Sequence[UUID]) -> dict[UUID, tuple[str, str]]:
-        """(tenant, key) of each session, from its first event (cached; the log is the truth)."""
-        found: dict[UUID, tuple[str, str]] = {}
-        missing: list[UUID] = []
-        for sid in sids:
-            identity = self._identities.get(sid)
-            if identity is None:
-                missing.append(sid)
-            else:
-                found[sid] = identity
-        t = events_table
-        for start in range(0, len(missing), 500):
-            chunk = missing[start : start + 500]
-            query = select(
-                t.c.id,
-                t.c.originator_id,
-                t.c.originator_version,
-                t.c.topic,
-                t.c.state,
-                t.c.timestamp_us,
-            ).where(t.c.originator_id.in_(chunk), t.c.originator_version == 1)
-            with store_errors("read the event log"), self.engine.connect() as connection:
-                rows = connection.execute(query).all()
-            for row in rows:
-                f = self._decode(*row)
-                identity = (f.tenant or "", f.key or "")
-                self._remember(f.session_id, identity)
-                found[f.session_id] = identity
-        for sid in sids:
-            found.setdefault(sid, ("", ""))  # a stream without a creation event: keep going
-        return found
 
 
 class _Raced(Exception):
@@ -191,12 +178,14 @@ class Projector:
         engine: Engine,
         models: Sequence[SqlReadModel],
         *,
-        batch_size: int = 500,
+        batch_size: int = 5000,
     ) -> None:
         if batch_size < 1:
             raise InvalidInput("batch_size must be >= 1.")
         self.log = log
         self.engine = engine
+        # Sharing the ledger's engine, the SQL reads the events table itself.
+        self.shared = engine is log.engine
         self.models = {m.name: m for m in models}
         self.batch_size = batch_size
         self._progress = threading.Condition()
@@ -212,6 +201,8 @@ class Projector:
         with store_errors("prepare the read models"), self.engine.begin() as connection:
             self._ddl_lock(connection)
             tracking_table.create(connection, checkfirst=True)
+            if not self.shared:
+                stage_table.create(connection, checkfirst=True)
             stored = self._read_tracking(connection)
             for name, model in self.models.items():
                 entry = stored.get(name)
@@ -263,7 +254,7 @@ class Projector:
         names: Sequence[str],
         *,
         progress: Progress | None = None,
-        batch_size: int = 5000,
+        batch_size: int = 50_000,
     ) -> int:
         """Reset the named models and replay the whole log into them; returns events read."""
         self.reset(names)
@@ -313,14 +304,20 @@ class Projector:
     def _step(self, size: int) -> int:
         positions = self.positions()
         low = min(positions.values())
-        batch = self.log.read(low, size)
-        if not batch:
+        count, last = self.log.span(low, size)
+        if not count:
             self._publish(positions)
             return 0
-        last = batch[-1].position
-        ids: Identities = self.log.identities(list(dict.fromkeys(f.session_id for f in batch)))
         t = tracking_table
         with store_errors("update the read models"), self.engine.begin() as connection:
+            source = events_table.name
+            if not self.shared:  # the SQL reads the span's facts from a copy next to the models
+                source = stage_table.name
+                connection.execute(delete(stage_table))
+                rows = self.log.fact_rows(low, last)
+                connection.execute(
+                    insert(stage_table), [dict(zip(STAGE_COLUMNS, r, strict=True)) for r in rows]
+                )
             for name, model in self.models.items():
                 start = positions[name]
                 if start >= last:
@@ -337,12 +334,13 @@ class Projector:
                     .values(position=last)
                 )
                 if moved.rowcount != 1:
-                    raise _Raced  # rolls back: nothing of this batch is kept
-                todo = batch if start <= low else [f for f in batch if f.position > start]
-                model.apply(connection, todo, ids)
+                    raise _Raced  # rolls back: nothing of this span is kept
+                model.apply(connection, Span(start, last, source, self.log))
                 positions[name] = last
+            if not self.shared:
+                connection.execute(delete(stage_table))
         self._publish(positions)
-        return len(batch)
+        return count
 
     def _publish(self, positions: dict[str, int]) -> None:
         with self._progress:

@@ -1,22 +1,32 @@
-"""Persisted read models: their SQL tables, how a batch of events updates them, queries.
+"""Persisted read models: their SQL tables, how a span of the log updates them, queries.
 
-Four read models, each a ``SqlReadModel`` with a name, a version and its own
-tables: the working set (one row per session, plus the live-buffer rows it
-needs to count pending tokens), the archive history, the audit log (one row
-per event) and tool usage. ``apply(connection, batch, identities)`` folds a
-batch of ``EventFacts`` with the pure folds of ``chatledger.projections``
-and writes the net changes with a few set-wise statements; it runs inside
-the projector's transaction, which also moves the model's tracking position
-(see ``chatledger.adapters.projector``), so it never commits by itself.
-Nothing here reads the event store or imports the package face.
+Three read models, each a ``SqlReadModel`` with a name, a version and its own
+tables: the working set (one row per session), the archive history and tool
+usage. (The audit log needs no copy: it is the store's own rows and their
+stored facts, see ``chatledger.adapters.eventstore.query_audit``.) ``apply(connection, span)``
+brings a model from one log position to another inside the projector's
+transaction, which also moves the model's tracking position (see
+``chatledger.adapters.projector``), so it never commits by itself.
+
+The working set and usage are set-wise SQL over the stored
+facts every event row carries (``chatledger.projections.facts``): one
+``INSERT ... SELECT`` or ``UPDATE ... FROM`` per span, whether the span is
+five events of a live follower or the whole log of a rebuild, so the two can
+only agree. The SQL reads ``span.source``: the events table itself when the
+read models share the ledger's database, or a staging table the projector
+fills with the span's fact rows when they live elsewhere. The archive
+history needs the archive bodies, so it decodes just the events that carry
+archives (commits, merges, forks) with the pure fold of
+``chatledger.projections.archive_events``.
 """
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 from uuid import UUID
 
 from sqlalchemy import (
@@ -33,29 +43,18 @@ from sqlalchemy import (
     Uuid,
     and_,
     bindparam,
-    delete,
     select,
+    text,
     update,
 )
 
-from chatledger.projections.audit import EventFacts, audit_record
-from chatledger.projections.usage import UsageCounts, UsageKey, fold_usage
-from chatledger.projections.working_set import (
-    LIVE,
-    ArchivesMerged,
-    WorkingSetState,
-    archive_changes,
-    fold_working_set,
-)
+from chatledger.adapters.eventstore import events_table
+from chatledger.projections.archive_events import ArchiveEvent, ArchivesMerged, archive_changes
+from chatledger.projections.facts import FACT_COLUMNS, LIVE
 
 read_model_metadata = MetaData()
 _position_type = BigInteger().with_variant(Integer(), "sqlite")
-_IN_CHUNK = 500
 _ORDINAL_STEP = 1024  # room for the archives a fork copies at one position
-_T = TypeVar("_T")
-
-Identities = Mapping[UUID, tuple[str, str]]
-"""Session id -> (tenant account id, session key), for every session of a batch."""
 
 tracking_table = Table(
     "chatledger_projections",
@@ -64,6 +63,19 @@ tracking_table = Table(
     Column("version", Integer, nullable=False),
     Column("position", BigInteger, nullable=False),
 )
+
+stage_table = Table(
+    "chatledger_projection_stage",
+    read_model_metadata,
+    Column("id", _position_type, primary_key=True, autoincrement=False),
+    *(
+        Column(c.name, c.type, nullable=c.nullable)
+        for c in events_table.columns
+        if c.name in ("originator_id", "originator_version", "timestamp_us", *FACT_COLUMNS)
+    ),
+)
+"""A span's fact rows, copied here when the read models live in another database."""
+STAGE_COLUMNS: tuple[str, ...] = tuple(c.name for c in stage_table.columns)
 
 working_set_table = Table(
     "chatledger_working_set",
@@ -75,25 +87,16 @@ working_set_table = Table(
     Column("session_key", Text, nullable=False),
     Column("created_at_us", BigInteger, nullable=False),
     Column("last_activity_us", BigInteger, nullable=False),
-    Column("message_count", Integer, nullable=False),
+    Column("message_count", BigInteger, nullable=False),
     Column("pending_tokens", BigInteger, nullable=False),
-    Column("turn_count", Integer, nullable=False),
-    Column("commit_count", Integer, nullable=False),
-    Column("archive_count", Integer, nullable=False),
+    Column("turn_count", BigInteger, nullable=False),
+    Column("commit_count", BigInteger, nullable=False),
+    Column("archive_count", BigInteger, nullable=False),
     Column("last_commit_us", BigInteger, nullable=True),
     Column("status", String(16), nullable=False),
     Column("version", BigInteger, nullable=False),
     Index("chatledger_working_set_activity", "status", "last_activity_us"),
     Index("chatledger_working_set_account", "account_id", "status", "last_activity_us"),
-)
-
-working_set_buffer_table = Table(
-    "chatledger_working_set_buffer",
-    read_model_metadata,
-    Column("session_id", Uuid(as_uuid=True), primary_key=True),
-    Column("message_id", Text, primary_key=True),
-    Column("tokens", Integer, nullable=False),
-    Column("is_user", Boolean, nullable=False),
 )
 
 archives_table = Table(
@@ -118,26 +121,6 @@ archives_table = Table(
     Column("live", Boolean, nullable=False),
 )
 
-audit_table = Table(
-    "chatledger_audit",
-    read_model_metadata,
-    Column("position", _position_type, primary_key=True, autoincrement=False),
-    Column("session_id", Uuid(as_uuid=True), nullable=False),
-    Column("account_id", Text, nullable=False),
-    Column("session_key", Text, nullable=False),
-    Column("version", BigInteger, nullable=False),
-    Column("event_type", String(64), nullable=False),
-    Column("actor_account", Text, nullable=False),
-    Column("actor_user", Text, nullable=False),
-    Column("actor_agent", Text, nullable=False),
-    Column("actor_role", String(16), nullable=False),
-    Column("trace_id", Text, nullable=False),
-    Column("timestamp_us", BigInteger, nullable=False),
-    Column("summary", Text, nullable=False),
-    Index("chatledger_audit_account", "account_id", "position"),
-    Index("chatledger_audit_session", "session_id", "position"),
-)
-
 usage_table = Table(
     "chatledger_usage",
     read_model_metadata,
@@ -155,9 +138,24 @@ usage_table = Table(
 )
 
 
-def _chunks(items: Sequence[_T], size: int = _IN_CHUNK) -> Iterator[Sequence[_T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+class ArchiveEvents(Protocol):
+    """Reads the events that carry archives (commits, merges, forks) in a span, decoded."""
+
+    def archive_events(self, after: int, last: int) -> list[ArchiveEvent]: ...
+
+
+@dataclass(frozen=True)
+class Span:
+    """The events after ``after`` up to and including ``last``, as a model sees them."""
+
+    after: int
+    last: int
+    source: str  # the table holding the span's fact rows
+    log: ArchiveEvents
+
+    @property
+    def bounds(self) -> dict[str, int]:
+        return {"after": self.after, "last": self.last}
 
 
 class SqlReadModel(ABC):
@@ -168,99 +166,94 @@ class SqlReadModel(ABC):
     tables: ClassVar[tuple[Table, ...]]
 
     @abstractmethod
-    def apply(self, connection: Connection, batch: Sequence[EventFacts], ids: Identities) -> None:
-        """Apply ``batch`` (in log order, none applied before) inside the caller's transaction."""
+    def apply(self, connection: Connection, span: Span) -> None:
+        """Apply the span (none of it applied before) inside the caller's transaction."""
 
 
 # ------------------------------------------------------------- working set
-_WS_COLUMNS = (
-    "account_id",
-    "user_id",
-    "agent_id",
-    "session_key",
-    "created_at_us",
-    "last_activity_us",
-    "message_count",
-    "pending_tokens",
-    "turn_count",
-    "commit_count",
-    "archive_count",
-    "last_commit_us",
-    "status",
-    "version",
-)
+_WS_INSERT = """
+INSERT INTO chatledger_working_set (session_id, account_id, user_id, agent_id, session_key,
+    created_at_us, last_activity_us, message_count, pending_tokens, turn_count, commit_count,
+    archive_count, last_commit_us, status, version)
+SELECT originator_id, tenant, actor_user, actor_agent, session_key, timestamp_us,
+    timestamp_us, 0, 0, 0, 0, 0, NULL, '{live}', 0
+FROM {source} WHERE id > :after AND id <= :last AND originator_version = 1
+"""
+
+# Counters add up the span's changes; the last activity, the status and the
+# last commit time come from the span's last event that sets each of them.
+_WS_UPDATE = """
+UPDATE chatledger_working_set SET
+    message_count = chatledger_working_set.message_count + d.messages,
+    pending_tokens = chatledger_working_set.pending_tokens + d.tokens,
+    turn_count = chatledger_working_set.turn_count + d.turns,
+    commit_count = chatledger_working_set.commit_count + d.commits,
+    archive_count = chatledger_working_set.archive_count + d.archives,
+    last_activity_us = (SELECT s.timestamp_us FROM {source} s WHERE s.id = d.last_id),
+    status = COALESCE(
+        (SELECT s.status FROM {source} s WHERE s.id = d.status_id),
+        chatledger_working_set.status),
+    last_commit_us = COALESCE(
+        (SELECT s.last_commit_us FROM {source} s WHERE s.id = d.commit_id),
+        chatledger_working_set.last_commit_us),
+    version = d.version
+FROM (
+    SELECT originator_id AS session_id,
+        MAX(id) AS last_id,
+        MAX(CASE WHEN status IS NOT NULL THEN id END) AS status_id,
+        MAX(CASE WHEN last_commit_us IS NOT NULL THEN id END) AS commit_id,
+        SUM(messages) AS messages, SUM(tokens) AS tokens, SUM(turns) AS turns,
+        SUM(commits) AS commits, SUM(archives) AS archives,
+        MAX(originator_version) AS version
+    FROM {source} WHERE id > :after AND id <= :last
+    GROUP BY originator_id
+) AS d
+WHERE chatledger_working_set.session_id = d.session_id
+"""
 
 
 class WorkingSetModel(SqlReadModel):
-    """One row per session: who started it, counters, last activity, live or evicted."""
+    """One row per session: who started it, counters, last activity, live/evicted/closed."""
 
     name = "working_set"
-    version = 1
-    tables = (working_set_table, working_set_buffer_table)
+    version = 2
+    tables = (working_set_table,)
 
-    def apply(self, connection: Connection, batch: Sequence[EventFacts], ids: Identities) -> None:
-        t, b = working_set_table, working_set_buffer_table
-        sids = list(dict.fromkeys(f.session_id for f in batch))
-        states: dict[UUID, WorkingSetState] = {}
-        for chunk in _chunks(sids):
-            rows = connection.execute(select(t).where(t.c.session_id.in_(chunk))).mappings()
-            for row in rows:
-                state = WorkingSetState(row["session_id"])
-                for column in _WS_COLUMNS:
-                    setattr(state, column, row[column])
-                states[state.session_id] = state
-        stored = set(states)
-        # A commit needs the tokens of the messages it covers: load those buffers.
-        committing = list({f.session_id for f in batch if f.type == "Committed"} & stored)
-        before: dict[UUID, set[str]] = {}
-        for chunk in _chunks(committing):
-            query = select(b.c.session_id, b.c.message_id, b.c.tokens, b.c.is_user).where(
-                b.c.session_id.in_(chunk)
-            )
-            for sid, message_id, tokens, is_user in connection.execute(query):
-                states[sid].buffer[message_id] = (tokens, bool(is_user))
-                before.setdefault(sid, set()).add(message_id)
-        for facts in batch:
-            states[facts.session_id] = fold_working_set(states.get(facts.session_id), facts)
+    def apply(self, connection: Connection, span: Span) -> None:
+        connection.execute(text(_WS_INSERT.format(source=span.source, live=LIVE)), span.bounds)
+        connection.execute(text(_WS_UPDATE.format(source=span.source)), span.bounds)
 
-        inserts: list[dict[str, Any]] = []
-        updates: list[dict[str, Any]] = []
-        added: list[dict[str, Any]] = []
-        removed: list[dict[str, Any]] = []
-        for sid, state in states.items():
-            values = {column: getattr(state, column) for column in _WS_COLUMNS}
-            if sid in stored:
-                updates.append({"_sid": sid, **values})
-            else:
-                inserts.append({"session_id": sid, **values})
-            held = before.get(sid, set())
-            for message_id, (tokens, user) in state.buffer.items():
-                if message_id not in held:
-                    added.append(
-                        {
-                            "session_id": sid,
-                            "message_id": message_id,
-                            "tokens": tokens,
-                            "is_user": user,
-                        }
-                    )
-            removed.extend({"_sid": sid, "_mid": m} for m in held - state.buffer.keys())
-        if inserts:
-            connection.execute(t.insert(), inserts)
-        if updates:
-            statement = (
-                update(t)
-                .where(t.c.session_id == bindparam("_sid"))
-                .values({c: bindparam(c) for c in _WS_COLUMNS})
-            )
-            connection.execute(statement, updates)
-        if removed:
-            removal = delete(b).where(
-                and_(b.c.session_id == bindparam("_sid"), b.c.message_id == bindparam("_mid"))
-            )
-            connection.execute(removal, removed)
-        if added:
-            connection.execute(b.insert(), added)
+
+# -------------------------------------------------------------------- usage
+# Stored totals are merged with the span's, never overwritten.
+_USAGE_UPSERT = """
+INSERT INTO chatledger_usage (session_id, tool_name, account_id, session_key, call_count,
+    success_count, fail_count, prompt_tokens, completion_tokens, total_tokens)
+SELECT originator_id, tool_name, tenant, session_key, COUNT(*),
+    SUM(CASE WHEN tool_status = 'success' THEN 1 ELSE 0 END),
+    SUM(CASE WHEN tool_status = 'success' THEN 0 ELSE 1 END),
+    SUM(prompt_tokens), SUM(completion_tokens), SUM(prompt_tokens + completion_tokens)
+FROM {source} WHERE id > :after AND id <= :last AND tool_name IS NOT NULL
+GROUP BY originator_id, tool_name, tenant, session_key
+ON CONFLICT (session_id, tool_name) DO UPDATE SET
+    call_count = chatledger_usage.call_count + excluded.call_count,
+    success_count = chatledger_usage.success_count + excluded.success_count,
+    fail_count = chatledger_usage.fail_count + excluded.fail_count,
+    prompt_tokens = chatledger_usage.prompt_tokens + excluded.prompt_tokens,
+    completion_tokens = chatledger_usage.completion_tokens + excluded.completion_tokens,
+    total_tokens = chatledger_usage.total_tokens + excluded.total_tokens
+"""
+
+
+class UsageModel(SqlReadModel):
+    """Per session and tool: calls, successes, failures and tokens, merged into stored totals."""
+
+    name = "usage"
+    version = 2
+    tables = (usage_table,)
+
+    def apply(self, connection: Connection, span: Span) -> None:
+        connection.execute(text(_USAGE_UPSERT.format(source=span.source)), span.bounds)
 
 
 # ---------------------------------------------------------- archive history
@@ -268,20 +261,20 @@ class ArchivesModel(SqlReadModel):
     """Every archive ever made, live or merged, with its merge lineage."""
 
     name = "archives"
-    version = 1
+    version = 2
     tables = (archives_table,)
 
-    def apply(self, connection: Connection, batch: Sequence[EventFacts], ids: Identities) -> None:
+    def apply(self, connection: Connection, span: Span) -> None:
         t = archives_table
         new: dict[tuple[UUID, str], dict[str, Any]] = {}
         merged: list[dict[str, Any]] = []
-        for facts in batch:
-            sid = facts.session_id
-            for index, change in enumerate(archive_changes(facts)):
+        for event in span.log.archive_events(span.after, span.last):
+            sid = event.session_id
+            for index, change in enumerate(archive_changes(event)):
                 if isinstance(change, ArchivesMerged):
                     for archive_id in change.archive_ids:
                         row = new.get((sid, archive_id))
-                        if row is not None:  # created in this batch: not stored yet
+                        if row is not None:  # created in this span: not stored yet
                             row.update(merged_into=change.merged_into, live=False)
                         else:
                             merged.append(
@@ -300,12 +293,16 @@ class ArchivesModel(SqlReadModel):
                             for source in change.merged_from
                             for i in json.loads(sources.get(source, (0, "[]"))[1])
                         ]
-                tenant, key = ids[sid]
+                elif not message_ids and event.origin_id is not None:
+                    # A fork copies a merged archive without its sources: take the
+                    # covered ids from the origin's history (projected before the fork).
+                    origin = self._sources(connection, event.origin_id, [a.archive_id], new)
+                    message_ids = json.loads(origin.get(a.archive_id, (0, "[]"))[1])
                 new[(sid, a.archive_id)] = {
                     "session_id": sid,
                     "archive_id": a.archive_id,
-                    "account_id": tenant,
-                    "session_key": key,
+                    "account_id": event.tenant,
+                    "session_key": event.key,
                     "overview": a.overview,
                     "abstract": a.abstract,
                     "message_ids": json.dumps(message_ids),
@@ -337,7 +334,7 @@ class ArchivesModel(SqlReadModel):
         archive_ids: Sequence[str],
         new: dict[tuple[UUID, str], dict[str, Any]],
     ) -> dict[str, tuple[int, str]]:
-        """Ordinal and message ids (JSON) of each source archive, stored or new in the batch."""
+        """Ordinal and message ids (JSON) of each source archive, stored or new in the span."""
         t = archives_table
         found = {
             a: (new[(sid, a)]["ordinal"], new[(sid, a)]["message_ids"])
@@ -354,109 +351,9 @@ class ArchivesModel(SqlReadModel):
         return found
 
 
-# ---------------------------------------------------------------- audit log
-class AuditModel(SqlReadModel):
-    """One row per event: position, session, version, type, actor, time, summary."""
-
-    name = "audit"
-    version = 1
-    tables = (audit_table,)
-
-    def apply(self, connection: Connection, batch: Sequence[EventFacts], ids: Identities) -> None:
-        # The hot path of a rebuild (one row per event): plain DB-API executemany.
-        sqlite = connection.dialect.name == "sqlite"
-        mark = "?" if sqlite else "%s"
-        columns = [c.name for c in audit_table.columns]
-        sql = (
-            f"INSERT INTO {audit_table.name} ({', '.join(columns)}) "
-            f"VALUES ({', '.join([mark] * len(columns))})"
-        )
-        rows = []
-        for facts in batch:
-            tenant, key = ids[facts.session_id]
-            r = audit_record(facts, tenant, key)
-            rows.append(
-                (
-                    r.position,
-                    r.session_id.hex if sqlite else r.session_id,
-                    r.account_id,
-                    r.session_key,
-                    r.version,
-                    r.event_type,
-                    r.actor_account,
-                    r.actor_user,
-                    r.actor_agent,
-                    r.actor_role,
-                    r.trace_id,
-                    r.timestamp_us,
-                    r.summary,
-                )
-            )
-        if rows:
-            connection.exec_driver_sql(sql, rows)
-
-
-# -------------------------------------------------------------------- usage
-_USAGE_COUNTS = ("call_count", "success_count", "fail_count", "prompt_tokens", "completion_tokens")
-
-
-class UsageModel(SqlReadModel):
-    """Per session and tool: calls, successes, failures and tokens, merged into stored totals."""
-
-    name = "usage"
-    version = 1
-    tables = (usage_table,)
-
-    def apply(self, connection: Connection, batch: Sequence[EventFacts], ids: Identities) -> None:
-        t = usage_table
-        increments: dict[UsageKey, UsageCounts] = {}
-        for facts in batch:
-            fold_usage(increments, facts)
-        if not increments:
-            return
-        stored: dict[UsageKey, UsageCounts] = {}
-        sids = list({sid for sid, _ in increments})
-        for chunk in _chunks(sids):
-            query = select(t.c.session_id, t.c.tool_name, *(t.c[c] for c in _USAGE_COUNTS))
-            for row in connection.execute(query.where(t.c.session_id.in_(chunk))):
-                stored[(row[0], row[1])] = UsageCounts(*row[2:])
-        inserts: list[dict[str, Any]] = []
-        updates: list[dict[str, Any]] = []
-        for key, increment in increments.items():
-            total = stored.get(key)
-            merged = increment if total is None else total.merge(increment)
-            values = {c: getattr(merged, c) for c in _USAGE_COUNTS}
-            values["total_tokens"] = merged.total_tokens
-            if total is None:
-                tenant, session_key = ids[key[0]]
-                inserts.append(
-                    {
-                        "session_id": key[0],
-                        "tool_name": key[1],
-                        "account_id": tenant,
-                        "session_key": session_key,
-                        **values,
-                    }
-                )
-            else:
-                updates.append({"_sid": key[0], "_tool": key[1], **values})
-        if inserts:
-            connection.execute(t.insert(), inserts)
-        if updates:
-            statement = (
-                update(t)
-                .where(
-                    and_(t.c.session_id == bindparam("_sid"), t.c.tool_name == bindparam("_tool"))
-                )
-                .values({c: bindparam(c) for c in (*_USAGE_COUNTS, "total_tokens")})
-            )
-            connection.execute(statement, updates)
-
-
 READ_MODELS: tuple[type[SqlReadModel], ...] = (
     WorkingSetModel,
     ArchivesModel,
-    AuditModel,
     UsageModel,
 )
 READ_MODEL_NAMES: tuple[str, ...] = tuple(m.name for m in READ_MODELS)
@@ -521,34 +418,6 @@ def query_archives(
         }
         for row in rows
     ]
-
-
-def query_audit(
-    connection: Connection,
-    *,
-    account_id: str | None,
-    session_id: UUID | None,
-    since_us: int | None,
-    until_us: int | None,
-    types: Iterable[str] | None,
-    limit: int,
-    offset: int,
-) -> list[dict[str, Any]]:
-    """Audit rows in log order, filtered; ``until`` is exclusive."""
-    t = audit_table
-    query = select(t)
-    if account_id is not None:
-        query = query.where(t.c.account_id == account_id)
-    if session_id is not None:
-        query = query.where(t.c.session_id == session_id)
-    if since_us is not None:
-        query = query.where(t.c.timestamp_us >= since_us)
-    if until_us is not None:
-        query = query.where(t.c.timestamp_us < until_us)
-    if types is not None:
-        query = query.where(t.c.event_type.in_(list(types)))
-    rows = connection.execute(query.order_by(t.c.position).limit(limit).offset(offset))
-    return [dict(row) for row in rows.mappings()]
 
 
 def query_usage(

@@ -1,9 +1,11 @@
 """Tamper evidence and portability: verify the hash chains, export and import.
 
-``verify`` recomputes every event's chained hash from the stored rows and
-replays each session without snapshots to check every stored snapshot, so a
-row changed, deleted, reordered or inserted directly in the database -- or a
-doctored snapshot -- is reported with the first broken version per session.
+``verify`` recomputes every event's chained hash from the stored rows,
+recomputes each event's stored facts (the columns the read models are built
+from) from its payload, and replays each session without snapshots to check
+every stored snapshot, so a row changed, deleted, reordered or inserted
+directly in the database -- or doctored facts or a doctored snapshot -- is
+reported with the first broken version per session.
 ``export`` writes self-describing JSON lines (events in order, with hashes);
 ``import_`` re-verifies a file completely before writing anything, then
 records all of it in one transaction into an empty ledger.
@@ -26,6 +28,7 @@ from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
 from chatledger.domain.values import Principal
+from chatledger.projections.facts import StoredFacts, stored_facts
 from chatledger.results import ChainHead, ImportResult, VerifyIssue, VerifyReport
 
 if TYPE_CHECKING:
@@ -99,10 +102,10 @@ def verify(
                 hash=rows[-1].hash.hex(),
             )
         )  # fmt: skip
-        checked, snapshot_issue = _check_snapshots(ledger, rows)
+        checked, replay_issue = _check_replay(ledger, rows, tenant or "", skey or "")
         snapshots += checked
-        if snapshot_issue is not None:
-            issues.append(_issue(snapshot_issue, tenant, skey))
+        if replay_issue is not None:
+            issues.append(_issue(replay_issue, tenant, skey))
     if key is None:
         # An anchored session with no rows left at all was deleted whole.
         for anchor in anchored.values():
@@ -143,18 +146,38 @@ def _issue(link: BrokenLink, tenant: str | None, key: str | None) -> VerifyIssue
     return VerifyIssue(tenant=tenant, key=key, **link.model_dump())
 
 
-def _check_snapshots(ledger: SessionLedger, rows: list[ChainRow]) -> tuple[int, BrokenLink | None]:
-    """Compare every stored snapshot of a session with a replay of its (verified) events."""
+def _check_replay(
+    ledger: SessionLedger, rows: list[ChainRow], tenant: str, key: str
+) -> tuple[int, BrokenLink | None]:
+    """Replay a session's (chain-verified) events: each row's stored facts must be the
+    event's, and every stored snapshot the state replayed up to it. Returns
+    (snapshots checked, the first problem)."""
     app = ledger._app
     assert app.snapshots is not None
     sid = rows[0].originator_id
     stored = {s.originator_version: s for s in app.snapshots.get(sid)}
-    if not stored:
-        return 0, None
     session: Session | None = None
     for row in rows:
         event = app.mapper.to_domain_event(_stored(row))
-        session = event.mutate(session)  # type: ignore[attr-defined]
+        if not isinstance(event, SessionEvent):
+            return len(stored), BrokenLink(
+                session_id=sid,
+                version=row.version,
+                position=row.position,
+                reason="not a session event",
+                expected="a chatledger session event",
+                found=row.topic,
+            )
+        if row.facts is not None and row.facts != stored_facts(event, tenant, key):
+            return len(stored), BrokenLink(
+                session_id=sid,
+                version=row.version,
+                position=row.position,
+                reason="stored facts differ from the event",
+                expected="facts derived from the verified payload",
+                found=f"edited fact columns: {_facts_diff(row.facts, event, tenant, key)}",
+            )
+        session = event.mutate(session)
         snapshot = stored.get(row.version)
         if snapshot is not None and session is not None:
             replayed = session.to_state()
@@ -168,6 +191,15 @@ def _check_snapshots(ledger: SessionLedger, rows: list[ChainRow]) -> tuple[int, 
                     found="a different stored snapshot",
                 )
     return len(stored), None
+
+
+def _facts_diff(found: tuple[object, ...], event: SessionEvent, tenant: str, key: str) -> str:
+    expected = stored_facts(event, tenant, key)
+    return ", ".join(
+        name
+        for name, want, got in zip(StoredFacts._fields, expected, found, strict=False)
+        if want != got
+    )
 
 
 def _stored(row: ChainRow) -> TimedStoredEvent:
@@ -267,6 +299,8 @@ def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
     positions = [r.position for r in rows]
     if len(set(positions)) != len(positions):
         raise InvalidInput("Two events share a position; nothing was imported.")
+    facts: dict[int, StoredFacts] = {}
+    identity = ("", "")
     for row in rows:  # every event must rebuild, or the ledger could not load it later
         try:
             event = ledger._app.mapper.to_domain_event(_stored(row))
@@ -277,9 +311,12 @@ def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
             ) from None
         if not isinstance(event, SessionEvent):
             raise InvalidInput(f"Event at position {row.position} is not a session event.")
+        if row.version == 1:  # rows are in (session, version) order: a new session
+            identity = (str(getattr(event, "tenant", "")), str(getattr(event, "key", "")))
+        facts[row.position] = stored_facts(event, *identity)
     rows.sort(key=lambda r: r.position)
     try:
-        recorder.insert_exported(rows)
+        recorder.insert_exported(rows, [facts[r.position] for r in rows])
     except IntegrityError as error:
         raise InvalidInput(
             f"Import needs an empty ledger ({error}); nothing was imported."

@@ -1,4 +1,4 @@
-"""``ReadModels``: the persisted working set, archive history, audit log and usage.
+"""``ReadModels``: the persisted working set, archive history and usage; the audit log.
 
 Built from a ``SessionLedger`` (its event store and mapper) and kept up to
 date by a projector (``chatledger.adapters.projector``) that applies every
@@ -6,10 +6,12 @@ event exactly once. Read models live in the ledger's database by default or
 in another one (``url=`` / setting ``projections_url``). They are eventually
 consistent: call ``catch_up()``, ``start()`` a follower thread, or run
 ``python -m chatledger.projector --follow`` in another process; use
-``wait_for_projections(position)`` to read your own writes. Queries apply the
-ledger's tenant rule (members see their account, admins any) and return
-frozen pydantic rows. Also here: ``evict_idle``, which records ``Evicted``
-events for sessions idle longer than a limit.
+``wait_for_projections(position)`` to read your own writes. The audit log is
+read straight from the store (every event row carries its audit facts), so
+it is never behind. Queries apply the ledger's tenant rule (members see
+their account, admins any) and return frozen pydantic rows. Also here:
+``evict_idle``, which records ``Evicted`` events for sessions idle longer
+than a limit.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine
 
 from chatledger.adapters.database import create_store_engine
+from chatledger.adapters.eventstore import query_audit
 from chatledger.adapters.projector import EventLog, Progress, Projector, store_errors
 from chatledger.adapters.read_models import (
     READ_MODEL_NAMES,
     READ_MODELS,
     query_archives,
-    query_audit,
     query_idle,
     query_usage,
     query_working_set,
@@ -47,14 +49,14 @@ from chatledger.domain.errors import (
 from chatledger.domain.identity import session_id, validate_key
 from chatledger.domain.timestamps import from_micros, to_micros
 from chatledger.domain.values import Principal
-from chatledger.projections.audit import EVENT_NAMES
+from chatledger.projections.facts import EVENT_NAMES
 
 if TYPE_CHECKING:
     from chatledger.ledger import SessionLedger
 
 
 WorkingSetOrder = Literal["last_activity", "created", "key"]
-SessionStatus = Literal["live", "evicted"]
+SessionStatus = Literal["live", "evicted", "closed"]
 DEFAULT_POLL_INTERVAL = 0.05
 MAX_PAGE = 10_000
 
@@ -167,7 +169,7 @@ class ReadModels:
         ledger: SessionLedger,
         *,
         url: str | None = None,
-        batch_size: int = 500,
+        batch_size: int = 5000,
         poll_interval: float | None = None,
     ) -> None:
         self._ledger = ledger
@@ -342,7 +344,7 @@ class ReadModels:
         include_evicted: bool = False,
         account_id: str | None = None,
     ) -> list[WorkingSetEntry]:
-        """Live sessions (all with ``include_evicted``), most recently active first."""
+        """Live sessions (also evicted and closed ones with ``include_evicted``), newest first."""
         if order not in ("last_activity", "created", "key"):
             raise InvalidInput("order must be 'last_activity', 'created' or 'key'.")
         limit, offset = _page(limit, offset)
@@ -386,7 +388,11 @@ class ReadModels:
         offset: int = 0,
         account_id: str | None = None,
     ) -> list[AuditEntry]:
-        """Recorded events in log order, one page; ``since`` inclusive, ``until`` exclusive."""
+        """Recorded events in log order, one page; ``since`` inclusive, ``until`` exclusive.
+
+        Read from the store itself, so it includes every event recorded so far
+        (no projection to wait for).
+        """
         limit, offset = _page(limit, offset)
         account = self._account(principal, account_id)
         sid = None if session is None else self._session(principal, session, account_id)
@@ -400,7 +406,8 @@ class ReadModels:
                 raise InvalidInput(f"Unknown event types {unknown}; use {sorted(EVENT_NAMES)}.")
         since_us = None if since is None else to_micros(_aware(since, "since"))
         until_us = None if until is None else to_micros(_aware(until, "until"))
-        with store_errors("read the audit log"), self.engine.connect() as connection:
+        store = self._projector.log.engine  # the audit log is the store's own rows
+        with store_errors("read the audit log"), store.connect() as connection:
             rows = query_audit(
                 connection,
                 account_id=account,

@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
         limit: Annotated[int, typer.Option("--limit", help="At most this many rows.")] = 50,
         offset: Annotated[int, typer.Option("--offset", help="Skip this many rows.")] = 0,
         include_evicted: Annotated[
-            bool, typer.Option("--evicted", help="Include evicted sessions.")
+            bool, typer.Option("--evicted", help="Include evicted and closed sessions.")
         ] = False,
         catch_up: Annotated[
             bool,

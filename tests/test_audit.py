@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from chatledger import InvalidInput, SessionLedger
+from chatledger.adapters.eventstore import events_table
 from support import ADMIN, ALICE, BOB
 
-COLUMNS = ["id", "originator_id", "originator_version", "topic", "state", "timestamp_us", "hash"]
+COLUMNS = [c.name for c in events_table.columns]
+NUMERIC = {c.name for c in events_table.columns if c.type.python_type is int}
 
 
 def _populate(ledger: SessionLedger) -> None:
@@ -55,16 +57,21 @@ def _flip(value: Any, at: int) -> Any:
 
         return uuid.UUID(int=value.int ^ 1)
     chars = list(str(value))
+    if not chars:
+        return "x"
     i = at % len(chars)
     chars[i] = "0" if chars[i] != "0" else "1"
     return "".join(chars)
 
 
 def _mutate_column(ledger: SessionLedger, row: dict[str, Any], column: str, at: int) -> None:
+    value = row[column]
+    # An unset fact gets a value; anything else changes by one byte.
+    value = (1 if column in NUMERIC else "x") if value is None else _flip(value, at)
     _execute(
         ledger,
         f"UPDATE chatledger_events SET {column} = :value WHERE id = :id",
-        value=_flip(row[column], at),
+        value=value,
         id=row["id"],
     )
 
@@ -90,12 +97,16 @@ def test_untouched_ledger_verifies_with_every_event_and_snapshot_checked(
 
 @pytest.mark.parametrize("column", COLUMNS)
 def test_changing_one_byte_of_any_column_is_detected(populated: SessionLedger, column: str) -> None:
-    """Flipping one byte of any column of a stored event breaks that session's chain."""
+    """Flipping one byte of any column of a stored event (payload or facts) is reported."""
     row = _rows(populated)[7]
     _mutate_column(populated, row, column, at=3)
     report = populated.verify(ADMIN)
     assert not report.ok
     assert len(report.issues) >= 1
+    if column in COLUMNS[7:]:  # a fact column: the chain holds, the facts do not
+        (issue,) = report.issues
+        assert issue.reason == "stored facts differ from the event"
+        assert column in issue.found
 
 
 def test_deleting_an_event_is_detected_at_its_version(populated: SessionLedger) -> None:

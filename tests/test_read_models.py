@@ -34,7 +34,8 @@ from chatledger import (
 from chatledger.adapters.read_models import READ_MODEL_NAMES, WorkingSetModel, dump_rows
 from chatledger.domain.identity import session_id
 from chatledger.domain.session import Session
-from chatledger.projections.audit import facts_from_event
+from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES, archive_event_from_event
+from chatledger.projections.facts import FACT_COLUMNS, stored_facts
 from chatledger.read_models import ProjectionTimeout, ReadModels
 from chatledger.read_models_cli import register
 from support import ADMIN, ALICE, BOB, FixedClock, FlakySummarizer
@@ -206,6 +207,23 @@ def test_a_fork_starts_with_the_origins_buffer_counters_and_archives(
     ]
     assert models.audit(ALICE, session="copy")[0].summary.startswith("forked from 'origin'")
     assert models.usage(ALICE, "copy") == []
+
+
+@pytest.mark.skipif(not hasattr(SessionLedger, "fork"), reason="the ledger has no fork yet")
+def test_a_fork_keeps_the_message_ids_of_a_merged_archive_it_copies(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """A merged archive copied by a fork lists the messages its (uncopied) sources covered."""
+    for n in range(3):
+        ledger.add_message(ALICE, "origin", "user", f"question {n}")
+        ledger.commit(ALICE, "origin")
+    ledger.merge_archives(ALICE, "origin", threshold=1)
+    ledger.fork(ALICE, "origin", ledger.session(ALICE, "origin").version, "copy")
+    models.catch_up()
+    (merged,) = models.archives(ALICE, "origin")
+    (copied,) = models.archives(ALICE, "copy")
+    assert copied.archive_id == merged.archive_id
+    assert copied.message_ids == merged.message_ids and len(merged.message_ids) == 3
 
 
 # ---------------------------------------------------------------- audit log
@@ -430,6 +448,24 @@ def test_an_evicted_session_keeps_its_history_and_returns_on_a_new_message(
     assert row.status == "live" and row.message_count == 2
 
 
+def test_a_closed_session_leaves_the_working_set_as_closed_until_its_next_message(
+    ledger: SessionLedger, models: ReadModels, clock: FixedClock
+) -> None:
+    """A closed session shows as "closed"; idle eviction leaves it alone; a message reopens it."""
+    ledger.add_message(ALICE, "s", "user", "hi")
+    ledger.close_session(ALICE, "s")
+    models.catch_up()
+    assert models.working_set(ALICE) == []
+    (row,) = models.working_set(ALICE, include_evicted=True)
+    assert row.status == "closed"
+    clock.now += timedelta(hours=1)
+    assert models.evict_idle(ALICE, 60, skip_pending=False) == []
+    ledger.add_message(ALICE, "s", "user", "back again")
+    models.catch_up()
+    (row,) = models.working_set(ALICE)
+    assert row.status == "live" and row.message_count == 2
+
+
 def test_bad_eviction_arguments_are_invalid_input(models: ReadModels) -> None:
     """A negative limit or a naive 'now' is rejected before anything is recorded."""
     with pytest.raises(InvalidInput):
@@ -538,7 +574,7 @@ def test_rebuild_gives_exactly_the_rows_of_incremental_processing(
             models.catch_up()
     models.catch_up()
     incremental = snapshot(models)
-    assert len(incremental["audit"]["chatledger_audit"]) == event_count(ledger)
+    assert len(models.audit(ADMIN, limit=MAX_ROWS)) == event_count(ledger)
     models.rebuild()
     assert snapshot(models) == incremental
     for row in models.working_set(ADMIN, include_evicted=True, limit=MAX_ROWS):
@@ -554,18 +590,23 @@ def test_rebuild_gives_exactly_the_rows_of_incremental_processing(
             view.archive_count,
             view.version,
         )
-        assert (row.status == "evicted") == view.evicted
+        assert (row.status != "live") == view.evicted
         live = [
             a.archive_id for a in models.archives(who, row.session_key, account_id=row.account_id)
         ]
         assert live == [a.archive_id for a in view.archives]
-    # The fast JSON path reads every stored event exactly as the full mapper does.
+    # The fast JSON path reads every archive-carrying event exactly as the full mapper does.
     log = models._projector.log
-    fast = log.read(0, 100_000)
+    fast = log.archive_events(0, log.head())
     app = ledger._app
+    identities = {
+        r.session_id: (r.account_id, r.session_key)
+        for r in models.working_set(ADMIN, include_evicted=True, limit=MAX_ROWS)
+    }
     slow = [
-        facts_from_event(app.mapper.to_domain_event(n), n.id)
+        archive_event_from_event(app.mapper.to_domain_event(n), n.id, *identities[n.originator_id])
         for n in app.recorder.select_notifications(1, 100_000)
+        if n.topic.rsplit(":", 1)[-1] in ARCHIVE_EVENT_TYPES
     ]
     assert fast == slow
 
@@ -614,7 +655,9 @@ def test_the_projector_never_skips_past_a_writer_still_committing(
     engine = ledger._app.event_recorder.engine
     mapper = ledger._app.mapper
     held = Session.start(tenant="acme", key="held", actor=ALICE, timestamp=ledger_time())
-    stored = [mapper.to_stored_event(e) for e in held.collect_events()]
+    (started,) = held.collect_events()
+    stored = [mapper.to_stored_event(started)]
+    facts = stored_facts(started, "acme", "held")
     raw = engine.raw_connection()
     cursor = raw.cursor()
     # The same protocol as the ledger's append: write lock, then max(id) + 1.
@@ -629,7 +672,8 @@ def test_the_projector_never_skips_past_a_writer_still_committing(
     oid = stored[0].originator_id
     cursor.execute(
         "INSERT INTO chatledger_events (id, originator_id, originator_version, topic, state, "
-        f"timestamp_us, hash) VALUES ({', '.join([mark] * 7)})",
+        f"timestamp_us, hash, {', '.join(FACT_COLUMNS)}) "
+        f"VALUES ({', '.join([mark] * (7 + len(FACT_COLUMNS)))})",
         (
             held_position,
             oid.hex if backend == "sqlite" else oid,
@@ -638,6 +682,7 @@ def test_the_projector_never_skips_past_a_writer_still_committing(
             stored[0].state,
             getattr(stored[0], "timestamp_us", 0),
             b"x" * 32,
+            *facts,
         ),
     )
     later: list[int] = []
@@ -675,7 +720,7 @@ def test_a_changed_version_rebuilds_that_read_model_on_start(
     second = open_models(ledger)
     assert second.reset_on_start == ("working_set",)
     assert second.positions()["working_set"] == 0
-    assert second.positions()["audit"] > 0
+    assert second.positions()["usage"] > 0
     assert second.catch_up() == 2
     assert snapshot(second) == before
 
@@ -705,6 +750,28 @@ def test_read_models_can_live_in_a_separate_database(
     assert "chatledger_working_set" not in names
 
 
+def test_a_separate_database_gets_the_same_rows_through_its_staging_table(
+    make_ledger: Callable[..., SessionLedger],
+    open_models: Callable[..., ReadModels],
+    tmp_path: Path,
+) -> None:
+    """Read models elsewhere (facts staged per batch) equal those kept next to the ledger."""
+    flaky = FlakySummarizer()
+    ledger = make_ledger(summarizer=flaky)
+    for n, kind in enumerate(["msgs", "tool", "commit", "msgs", "merge", "fork", "evict"] * 3):
+        play(ledger, flaky, "sep", (kind, n % 3, n))
+    shared = open_models(ledger, batch_size=4)
+    elsewhere = open_models(ledger, url=f"sqlite:///{tmp_path / 'views.db'}", batch_size=3)
+    shared.catch_up()
+    elsewhere.catch_up()
+    assert snapshot(elsewhere) == snapshot(shared)
+    with elsewhere.engine.connect() as connection:  # the staging table is emptied every batch
+        assert (
+            connection.execute(text("SELECT COUNT(*) FROM chatledger_projection_stage")).scalar()
+            == 0
+        )
+
+
 def test_an_unusable_read_model_database_is_store_unavailable(ledger: SessionLedger) -> None:
     """A projections database that cannot be opened raises StoreUnavailable."""
     with pytest.raises(StoreUnavailable):
@@ -723,7 +790,7 @@ def test_cli_rebuild_project_and_sessions(ledger: SessionLedger, database_url: s
     assert "Applied 2 events" in result.output
     result = runner.invoke(app, ["rebuild", "--all", "--url", database_url])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["rebuild", "audit", "--url", database_url])
+    result = runner.invoke(app, ["rebuild", "usage", "--url", database_url])
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["sessions", "--account", "acme", "--url", database_url, "--json"])
     assert result.exit_code == 0, result.output

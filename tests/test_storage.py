@@ -1,4 +1,4 @@
-"""SQLite storage settings: WAL, and the durability level the settings ask for."""
+"""Storage: WAL and the durability level the settings ask for; the table shape it needs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from chatledger import SessionLedger
+from chatledger import SessionLedger, StoreUnavailable
 from support import ALICE
 
 
@@ -22,3 +22,19 @@ def test_sqlite_runs_wal_at_the_configured_synchronous_level(
         with ledger._app.event_recorder.engine.connect() as connection:
             assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             assert connection.execute(text("PRAGMA synchronous")).scalar() == level
+
+
+def test_an_events_table_without_stored_facts_is_refused_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    """A database from a pre-0.1.0 development build (no facts columns) is not opened."""
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute(
+            "CREATE TABLE chatledger_events (id INTEGER PRIMARY KEY, originator_id CHAR(32), "
+            "originator_version BIGINT, topic TEXT, state BLOB, timestamp_us BIGINT, hash BLOB)"
+        )
+    with pytest.raises(StoreUnavailable, match="development build"):
+        SessionLedger(f"sqlite:///{path}")
