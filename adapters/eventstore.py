@@ -87,8 +87,8 @@ events_table = Table(
     Column("timestamp_us", BigInteger, nullable=False),
     Column("hash", LargeBinary, nullable=False),
     # Stored facts (chatledger.projections.facts): derived from the event and
-    # written with it, so read models rebuild set-wise in SQL. Not hashed:
-    # verify recomputes them from the payload.
+    # the session state it leads to, written with it, so read models are kept
+    # set-wise in SQL. Not hashed: verify recomputes them by replaying.
     Column("event_type", Text, nullable=False),
     Column("tenant", Text, nullable=False),
     Column("session_key", Text, nullable=False),
@@ -97,13 +97,13 @@ events_table = Table(
     Column("actor_agent", Text, nullable=False),
     Column("actor_role", Text, nullable=False),
     Column("trace_id", Text, nullable=False),
-    Column("messages", BigInteger, nullable=False),
-    Column("tokens", BigInteger, nullable=False),
-    Column("turns", BigInteger, nullable=False),
-    Column("commits", BigInteger, nullable=False),
-    Column("archives", BigInteger, nullable=False),
+    Column("message_count", BigInteger, nullable=False),
+    Column("pending_tokens", BigInteger, nullable=False),
+    Column("turn_count", BigInteger, nullable=False),
+    Column("commit_count", BigInteger, nullable=False),
+    Column("archive_count", BigInteger, nullable=False),
     Column("last_commit_us", BigInteger, nullable=True),
-    Column("status", Text, nullable=True),
+    Column("status", Text, nullable=False),
     Column("tool_name", Text, nullable=True),
     Column("tool_status", Text, nullable=True),
     Column("prompt_tokens", BigInteger, nullable=False),
@@ -783,13 +783,13 @@ class EventStoreApplication(Application[UUID]):
         On failure the pending events are gone and the aggregate object is ahead
         of the store: the caller must discard it.
         """
-        pending = session.collect_events()
+        pending = session.collect_changes()
         if not pending:
             return []
         stored = []
-        for event in pending:
+        for event, counters in pending:
             row = self.mapper.to_stored_event(event)
-            row.__dict__["facts"] = stored_facts(event, session.tenant, session.key)
+            row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
             stored.append(row)
         positions = self.event_recorder.insert_events(stored)
         if self.snapshots is not None and session.should_snapshot(self.snapshot_interval):

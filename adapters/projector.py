@@ -93,10 +93,15 @@ class EventLog:
     def span(self, after: int, limit: int) -> tuple[int, int]:
         """(count, last position) of the next ``limit`` events after ``after``; (0, after): none."""
         t = events_table
-        ids = select(t.c.id).where(t.c.id > after).order_by(t.c.id).limit(limit).subquery()
-        query = select(func.count(), func.max(ids.c.id))
+        later = select(t.c.id).where(t.c.id > after)
         with store_errors("read the event log"), self.engine.connect() as connection:
-            count, last = connection.execute(query).one()
+            # A full span: the limit-th id after ``after`` (an index walk, no aggregate).
+            last = connection.execute(later.order_by(t.c.id).offset(limit - 1).limit(1)).scalar()
+            if last is not None:
+                return limit, int(last)
+            count, last = connection.execute(
+                select(func.count(), func.max(t.c.id)).where(t.c.id > after)
+            ).one()
         return (0, after) if not count else (int(count), int(last))
 
     def fact_rows(self, after: int, last: int) -> list[tuple[Any, ...]]:
@@ -335,7 +340,7 @@ class Projector:
                 )
                 if moved.rowcount != 1:
                     raise _Raced  # rolls back: nothing of this span is kept
-                model.apply(connection, Span(start, last, source, self.log))
+                model.apply(connection, Span(start, last, source, self.log, self.shared))
                 positions[name] = last
             if not self.shared:
                 connection.execute(delete(stage_table))

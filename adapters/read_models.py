@@ -49,8 +49,9 @@ from sqlalchemy import (
 )
 
 from chatledger.adapters.eventstore import events_table
+from chatledger.domain.session import LIVE
 from chatledger.projections.archive_events import ArchiveEvent, ArchivesMerged, archive_changes
-from chatledger.projections.facts import FACT_COLUMNS, LIVE
+from chatledger.projections.facts import FACT_COLUMNS
 
 read_model_metadata = MetaData()
 _position_type = BigInteger().with_variant(Integer(), "sqlite")
@@ -152,6 +153,7 @@ class Span:
     last: int
     source: str  # the table holding the span's fact rows
     log: ArchiveEvents
+    shared: bool = True  # ``source`` is the events table itself (the whole log)
 
     @property
     def bounds(self) -> dict[str, int]:
@@ -176,40 +178,52 @@ INSERT INTO chatledger_working_set (session_id, account_id, user_id, agent_id, s
     created_at_us, last_activity_us, message_count, pending_tokens, turn_count, commit_count,
     archive_count, last_commit_us, status, version)
 SELECT originator_id, tenant, actor_user, actor_agent, session_key, timestamp_us,
-    timestamp_us, 0, 0, 0, 0, 0, NULL, '{live}', 0
+    timestamp_us, 0, 0, 0, 0, 0, NULL, status, 0
 FROM {source} WHERE id > :after AND id <= :last AND originator_version = 1
 """
 
-# Counters add up the span's changes; the last activity, the status and the
-# last commit time come from the span's last event that sets each of them.
+# A session's row is the facts of its last event: its counters and status
+# right after it, its time and version.
 _WS_UPDATE = """
 UPDATE chatledger_working_set SET
-    message_count = chatledger_working_set.message_count + d.messages,
-    pending_tokens = chatledger_working_set.pending_tokens + d.tokens,
-    turn_count = chatledger_working_set.turn_count + d.turns,
-    commit_count = chatledger_working_set.commit_count + d.commits,
-    archive_count = chatledger_working_set.archive_count + d.archives,
-    last_activity_us = (SELECT s.timestamp_us FROM {source} s WHERE s.id = d.last_id),
-    status = COALESCE(
-        (SELECT s.status FROM {source} s WHERE s.id = d.status_id),
-        chatledger_working_set.status),
-    last_commit_us = COALESCE(
-        (SELECT s.last_commit_us FROM {source} s WHERE s.id = d.commit_id),
-        chatledger_working_set.last_commit_us),
-    version = d.version
-FROM (
-    SELECT originator_id AS session_id,
-        MAX(id) AS last_id,
-        MAX(CASE WHEN status IS NOT NULL THEN id END) AS status_id,
-        MAX(CASE WHEN last_commit_us IS NOT NULL THEN id END) AS commit_id,
-        SUM(messages) AS messages, SUM(tokens) AS tokens, SUM(turns) AS turns,
-        SUM(commits) AS commits, SUM(archives) AS archives,
-        MAX(originator_version) AS version
-    FROM {source} WHERE id > :after AND id <= :last
-    GROUP BY originator_id
-) AS d
+    message_count = e.message_count,
+    pending_tokens = e.pending_tokens,
+    turn_count = e.turn_count,
+    commit_count = e.commit_count,
+    archive_count = e.archive_count,
+    last_commit_us = e.last_commit_us,
+    status = e.status,
+    last_activity_us = e.timestamp_us,
+    version = e.originator_version
+FROM ({touched}) AS d JOIN {source} e ON e.id = d.last_id
 WHERE chatledger_working_set.session_id = d.session_id
 """
+
+# The sessions with an event in the span, and their last one there: by
+# grouping the span, or -- when the log holds few sessions compared with the
+# span, as in a rebuild -- by looking up the last event up to the span's end of
+# every session created by then (the creation and stream indexes).
+_TOUCHED_BY_SPAN = """
+SELECT originator_id AS session_id, MAX(id) AS last_id
+FROM {source} WHERE id > :after AND id <= :last
+GROUP BY originator_id
+"""
+_TOUCHED_BY_SESSION = """
+SELECT session_id, last_id FROM (
+    SELECT c.originator_id AS session_id, (
+        SELECT e.id FROM {source} e
+        WHERE e.originator_id = c.originator_id AND e.id <= :last
+        ORDER BY e.originator_version DESC LIMIT 1
+    ) AS last_id
+    FROM {source} c WHERE c.originator_version = 1 AND c.id <= :last
+) AS s WHERE last_id > :after
+"""
+_FEW_SESSIONS = """
+SELECT COUNT(*) FROM (
+    SELECT 1 FROM {source} WHERE originator_version = 1 AND id <= :last LIMIT :few
+) AS s
+"""
+_SESSIONS_PER_SPAN = 8  # look sessions up one by one when there are fewer than span / 8
 
 
 class WorkingSetModel(SqlReadModel):
@@ -220,8 +234,18 @@ class WorkingSetModel(SqlReadModel):
     tables = (working_set_table,)
 
     def apply(self, connection: Connection, span: Span) -> None:
-        connection.execute(text(_WS_INSERT.format(source=span.source, live=LIVE)), span.bounds)
-        connection.execute(text(_WS_UPDATE.format(source=span.source)), span.bounds)
+        source = span.source
+        connection.execute(text(_WS_INSERT.format(source=source)), span.bounds)
+        touched = _TOUCHED_BY_SPAN
+        if span.shared:  # a staging table holds only the span: no earlier creations
+            few = (span.last - span.after) // _SESSIONS_PER_SPAN
+            count = connection.execute(
+                text(_FEW_SESSIONS.format(source=source)), {"last": span.last, "few": few}
+            ).scalar_one()
+            if count < few:
+                touched = _TOUCHED_BY_SESSION
+        statement = _WS_UPDATE.format(source=source, touched=touched.format(source=source))
+        connection.execute(text(statement), span.bounds)
 
 
 # -------------------------------------------------------------------- usage
@@ -312,7 +336,9 @@ class ArchivesModel(SqlReadModel):
                     "version": change.version,
                     "ordinal": ordinal,
                     "merged_into": None,
-                    "merged_from": json.dumps(list(change.merged_from)),
+                    "merged_from": json.dumps(list(change.merged_from))
+                    if change.merged_from
+                    else "[]",
                     "live": True,
                 }
         if merged:

@@ -158,28 +158,39 @@ def _check_replay(
     stored = {s.originator_version: s for s in app.snapshots.get(sid)}
     session: Session | None = None
     for row in rows:
-        event = app.mapper.to_domain_event(_stored(row))
-        if not isinstance(event, SessionEvent):
+        try:
+            event = app.mapper.to_domain_event(_stored(row))
+            if not isinstance(event, SessionEvent):
+                raise TypeError(f"{row.topic} is not a session event")
+            session = event.mutate(session)
+            if not isinstance(session, Session):
+                raise TypeError("the first event does not start a session")
+        except Exception as error:  # a chain-consistent row this version cannot replay
             return len(stored), BrokenLink(
                 session_id=sid,
                 version=row.version,
                 position=row.position,
-                reason="not a session event",
-                expected="a chatledger session event",
-                found=row.topic,
+                reason="event cannot be replayed",
+                expected="an event this chatledger version can apply",
+                found=f"{type(error).__name__}: {error}"[:300],
             )
-        if row.facts is not None and row.facts != stored_facts(event, tenant, key):
+        expected = stored_facts(event, tenant, key, session.counters())
+        if row.facts is not None and row.facts != expected:
+            changed = [
+                name
+                for name, want, got in zip(StoredFacts._fields, expected, row.facts, strict=False)
+                if want != got
+            ]
             return len(stored), BrokenLink(
                 session_id=sid,
                 version=row.version,
                 position=row.position,
                 reason="stored facts differ from the event",
-                expected="facts derived from the verified payload",
-                found=f"edited fact columns: {_facts_diff(row.facts, event, tenant, key)}",
+                expected="facts derived from the verified events",
+                found=f"edited fact columns: {', '.join(changed)}",
             )
-        session = event.mutate(session)
         snapshot = stored.get(row.version)
-        if snapshot is not None and session is not None:
+        if snapshot is not None:
             replayed = session.to_state()
             if snapshot.state != replayed:  # type: ignore[attr-defined]
                 return len(stored), BrokenLink(
@@ -191,15 +202,6 @@ def _check_replay(
                     found="a different stored snapshot",
                 )
     return len(stored), None
-
-
-def _facts_diff(found: tuple[object, ...], event: SessionEvent, tenant: str, key: str) -> str:
-    expected = stored_facts(event, tenant, key)
-    return ", ".join(
-        name
-        for name, want, got in zip(StoredFacts._fields, expected, found, strict=False)
-        if want != got
-    )
 
 
 def _stored(row: ChainRow) -> TimedStoredEvent:
@@ -301,6 +303,7 @@ def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
         raise InvalidInput("Two events share a position; nothing was imported.")
     facts: dict[int, StoredFacts] = {}
     identity = ("", "")
+    session: Session | None = None
     for row in rows:  # every event must rebuild, or the ledger could not load it later
         try:
             event = ledger._app.mapper.to_domain_event(_stored(row))
@@ -313,7 +316,17 @@ def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
             raise InvalidInput(f"Event at position {row.position} is not a session event.")
         if row.version == 1:  # rows are in (session, version) order: a new session
             identity = (str(getattr(event, "tenant", "")), str(getattr(event, "key", "")))
-        facts[row.position] = stored_facts(event, *identity)
+            session = None
+        try:
+            session = event.mutate(session)
+            if not isinstance(session, Session):
+                raise TypeError("the first event does not start a session")
+        except Exception as error:
+            raise InvalidInput(
+                f"Event {row.version} of session {row.originator_id} cannot be replayed "
+                f"({type(error).__name__}: {error}); nothing was imported."
+            ) from None
+        facts[row.position] = stored_facts(event, *identity, session.counters())
     rows.sort(key=lambda r: r.position)
     try:
         recorder.insert_exported(rows, [facts[r.position] for r in rows])

@@ -86,7 +86,7 @@ class MessageAdded(SessionEvent):
         if message.role == "user":
             session.turn_count += 1
         session.message_count += 1
-        session.evicted = False
+        session.evicted = session.closed = False
         session.updated_at = self.timestamp
 
 
@@ -154,6 +154,7 @@ class Evicted(SessionEvent):
     def apply(self, aggregate: Any) -> None:
         session: Session = aggregate
         session.evicted = True
+        session.closed = False
         session.updated_at = self.timestamp
 
 
@@ -166,7 +167,7 @@ class Closed(SessionEvent):
 
     def apply(self, aggregate: Any) -> None:
         session: Session = aggregate
-        session.evicted = True
+        session.evicted = session.closed = True
         session.updated_at = self.timestamp
 
 

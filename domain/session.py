@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate, CanSnapshotAggregate
@@ -40,6 +40,21 @@ from chatledger.domain.values import (
 )
 
 DEFAULT_COMPRESS_THRESHOLD = 10
+LIVE = "live"
+EVICTED = "evicted"
+CLOSED = "closed"
+
+
+class SessionCounters(NamedTuple):
+    """A session's counters and status right after one of its events."""
+
+    message_count: int
+    pending_tokens: int
+    turn_count: int
+    commit_count: int
+    archive_count: int  # live archives
+    last_commit_at: datetime | None
+    status: str  # LIVE, EVICTED (idle, LRU, admin) or CLOSED (by its client)
 
 
 class SessionState(BaseModel):
@@ -60,6 +75,7 @@ class SessionState(BaseModel):
     last_commit_at: datetime | None
     updated_at: datetime
     evicted: bool
+    closed: bool = False
 
 
 class Session(BaseAggregate[UUID]):
@@ -80,6 +96,9 @@ class Session(BaseAggregate[UUID]):
         self.last_commit_at: datetime | None = None
         self.updated_at: datetime = self.created_on
         self.evicted = False
+        self.closed = False  # evicted because its client closed it
+        # The counters after each pending event, in step with _pending_events.
+        self._pending_counters: list[SessionCounters] = []
         # (version, live items) of the state this object was rebuilt from: a
         # snapshot, or nothing at version 0. Not part of the state: it only
         # tells the store what a new snapshot would save (see should_snapshot).
@@ -96,7 +115,7 @@ class Session(BaseAggregate[UUID]):
         timestamp: datetime,
         context: ClientContext | None = None,
     ) -> Session:
-        return cls._create(
+        session = cls._create(
             Started,
             id=session_id(tenant, key),
             tenant=tenant,
@@ -105,6 +124,8 @@ class Session(BaseAggregate[UUID]):
             actor=actor,
             timestamp=timestamp,
         )
+        session._pending_counters.append(session.counters())
+        return session
 
     @classmethod
     def fork(
@@ -116,7 +137,7 @@ class Session(BaseAggregate[UUID]):
         timestamp: datetime,
     ) -> Session:
         """A new session in the origin's tenant carrying the origin's current state."""
-        return cls._create(
+        session = cls._create(
             Forked,
             id=session_id(origin.tenant, key),
             tenant=origin.tenant,
@@ -133,6 +154,8 @@ class Session(BaseAggregate[UUID]):
             actor=actor,
             timestamp=timestamp,
         )
+        session._pending_counters.append(session.counters())
+        return session
 
     def add_message(self, message: Message, *, actor: Principal, timestamp: datetime) -> None:
         if message.id in self.buffer:
@@ -226,11 +249,17 @@ class Session(BaseAggregate[UUID]):
         event = event_class(originator_id=self.id, originator_version=self.version + 1, **kwargs)
         event.mutate(self)
         self._pending_events.append(event)
+        self._pending_counters.append(self.counters())
 
     def collect_events(self) -> list[Any]:
         """Hand over the pending events (oldest first) and forget them."""
-        pending, self._pending_events = self._pending_events, []
-        return pending
+        return [event for event, _ in self.collect_changes()]
+
+    def collect_changes(self) -> list[tuple[Any, SessionCounters]]:
+        """Hand over each pending event with the counters right after it, and forget them."""
+        events, self._pending_events = self._pending_events, []
+        counters, self._pending_counters = self._pending_counters, []
+        return list(zip(events, counters, strict=True))
 
     # ---------------------------------------------------------------- queries
     def missing_ids(self, message_ids: Sequence[str]) -> set[str]:
@@ -241,6 +270,25 @@ class Session(BaseAggregate[UUID]):
         self.buffer = {m.id: m for m in messages}
         self.pending_tokens = sum(m.tokens for m in messages)
         self.turn_count = sum(1 for m in messages if m.role == "user")
+
+    @property
+    def status(self) -> str:
+        """LIVE, or why it left the working set: EVICTED or CLOSED."""
+        if not self.evicted:
+            return LIVE
+        return CLOSED if self.closed else EVICTED
+
+    def counters(self) -> SessionCounters:
+        """The counters and status now."""
+        return SessionCounters(
+            self.message_count,
+            self.pending_tokens,
+            self.turn_count,
+            self.commit_count,
+            len(self.archives),
+            self.last_commit_at,
+            self.status,
+        )
 
     @property
     def live_messages(self) -> list[Message]:
@@ -287,6 +335,7 @@ class Session(BaseAggregate[UUID]):
             last_commit_at=self.last_commit_at,
             updated_at=self.updated_at,
             evicted=self.evicted,
+            closed=self.closed,
         )
 
     @classmethod
@@ -297,6 +346,7 @@ class Session(BaseAggregate[UUID]):
         session._created_on = state.created_on
         session._modified_on = state.modified_on
         session._pending_events = []
+        session._pending_counters = []
         session.tenant = state.tenant
         session.key = state.key
         session.context = state.context
@@ -308,6 +358,7 @@ class Session(BaseAggregate[UUID]):
         session.last_commit_at = state.last_commit_at
         session.updated_at = state.updated_at
         session.evicted = state.evicted
+        session.closed = state.closed
         session.rebuilt_from = (version, session.state_items)
         return session
 

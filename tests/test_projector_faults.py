@@ -140,19 +140,26 @@ def kill_during_catch_up(url: str, cwd: Path, rng: random.Random, context: str) 
 
 def store_totals(ledger: SessionLedger, position: int) -> dict[str, tuple[int, ...]]:
     """What each read model must add up to after applying the log up to ``position``."""
-    query = text(
-        "SELECT SUM(CASE WHEN originator_version = 1 THEN 1 ELSE 0 END), SUM(messages), "
-        "SUM(tokens), SUM(commits), "
-        "SUM(CASE WHEN event_type IN ('Committed', 'ArchiveMerged') THEN 1 "
-        "WHEN event_type = 'Forked' THEN archives ELSE 0 END), "
+    last_facts = (
+        "SELECT COUNT(*), SUM(e.message_count), SUM(e.pending_tokens), SUM(e.commit_count) "
+        "FROM chatledger_events e WHERE e.id = (SELECT MAX(l.id) FROM chatledger_events l "
+        "WHERE l.originator_id = e.originator_id AND l.id <= :p)"
+    )
+    created = (
+        "SELECT SUM(CASE WHEN event_type IN ('Committed', 'ArchiveMerged') THEN 1 "
+        "WHEN event_type = 'Forked' THEN archive_count ELSE 0 END), "
         "SUM(CASE WHEN tool_name IS NULL THEN 0 ELSE 1 END), SUM(prompt_tokens) "
         "FROM chatledger_events WHERE id <= :p"
     )
     with ledger._app.event_recorder.engine.connect() as connection:
-        row = [int(v or 0) for v in connection.execute(query, {"p": position}).one()]
-    sessions, messages, tokens, commits, archives, calls, prompt = row
+        sessions = [
+            int(v or 0) for v in connection.execute(text(last_facts), {"p": position}).one()
+        ]
+        archives, calls, prompt = [
+            int(v or 0) for v in connection.execute(text(created), {"p": position}).one()
+        ]
     return {
-        "working_set": (sessions, messages, tokens, commits),
+        "working_set": tuple(sessions),
         "archives": (archives,),
         "usage": (calls, prompt),
     }

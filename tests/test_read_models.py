@@ -245,7 +245,7 @@ def test_audit_has_one_row_per_event_with_actor_and_summary(
     assert rows[-1].account_id == "acme" and rows[-1].session_key == "s"
     assert rows[0].summary == "started session 's' in account 'acme'"
     assert rows[1].summary.startswith("user message ")
-    assert rows[2].summary.startswith("committed 1 message into archive ")
+    assert rows[2].summary.startswith("committed 1 message (1 token) into archive ")
     assert rows[3].summary == "evicted (admin)"
 
 
@@ -655,9 +655,9 @@ def test_the_projector_never_skips_past_a_writer_still_committing(
     engine = ledger._app.event_recorder.engine
     mapper = ledger._app.mapper
     held = Session.start(tenant="acme", key="held", actor=ALICE, timestamp=ledger_time())
-    (started,) = held.collect_events()
+    ((started, counters),) = held.collect_changes()
     stored = [mapper.to_stored_event(started)]
-    facts = stored_facts(started, "acme", "held")
+    facts = stored_facts(started, "acme", "held", counters)
     raw = engine.raw_connection()
     cursor = raw.cursor()
     # The same protocol as the ledger's append: write lock, then max(id) + 1.
