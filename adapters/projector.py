@@ -32,7 +32,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Mapper, Notification
 from eventsourcing.utils import get_topic
-from sqlalchemy import Connection, Engine, and_, delete, func, insert, select, text, update
+from sqlalchemy import Connection, Engine, and_, delete, func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.eventstore import APPEND_CHANNEL, CARRIES_ARCHIVES, events_table
@@ -104,16 +104,20 @@ class EventLog:
             ).one()
         return (0, after) if not count else (int(count), int(last))
 
-    def fact_rows(self, after: int, last: int) -> list[tuple[Any, ...]]:
-        """The stored-facts rows of the span, in ``STAGE_COLUMNS`` order."""
-        t = events_table
-        query = (
-            select(*(t.c[c] for c in STAGE_COLUMNS))
-            .where(t.c.id > after, t.c.id <= last)
-            .order_by(t.c.id)
+    def fact_rows(self, after: int, last: int, *, to_dialect: str) -> list[tuple[Any, ...]]:
+        """The span's stored-facts rows in ``STAGE_COLUMNS`` order, as ``to_dialect``'s
+        driver takes them (read and written at the driver level: this copies every
+        event of a rebuild when the read models live in another database)."""
+        mark = "?" if self.engine.dialect.name == "sqlite" else "%s"
+        sql = (
+            f"SELECT {', '.join(STAGE_COLUMNS)} FROM {events_table.name} "
+            f"WHERE id > {mark} AND id <= {mark} ORDER BY id"
         )
         with store_errors("read the event log"), self.engine.connect() as connection:
-            return [tuple(row) for row in connection.execute(query)]
+            rows = connection.exec_driver_sql(sql, (after, last)).all()
+        session = STAGE_COLUMNS.index("originator_id")
+        native = _uuid_text if to_dialect == "sqlite" else _uuid_value
+        return [(*r[:session], native(r[session]), *r[session + 1 :]) for r in rows]
 
     def archive_events(self, after: int, last: int) -> list[ArchiveEvent]:
         """The span's events that carry archives (commits, merges, forks), decoded, in order."""
@@ -168,6 +172,16 @@ class EventLog:
                 f"Cannot decode event {position} ({topic}): {error}. Is this chatledger "
                 "version older than the one that wrote it?"
             ) from error
+
+
+def _uuid_text(value: Any) -> str:
+    """A session id as SQLite stores it (32 hex digits), from either driver's form."""
+    return value.hex if isinstance(value, UUID) else str(value)
+
+
+def _uuid_value(value: Any) -> UUID:
+    """A session id as PostgreSQL's driver takes it, from either driver's form."""
+    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 class _Raced(Exception):
@@ -319,9 +333,12 @@ class Projector:
             if not self.shared:  # the SQL reads the span's facts from a copy next to the models
                 source = stage_table.name
                 connection.execute(delete(stage_table))
-                rows = self.log.fact_rows(low, last)
-                connection.execute(
-                    insert(stage_table), [dict(zip(STAGE_COLUMNS, r, strict=True)) for r in rows]
+                dialect = connection.dialect.name
+                mark = "?" if dialect == "sqlite" else "%s"
+                connection.exec_driver_sql(
+                    f"INSERT INTO {stage_table.name} ({', '.join(STAGE_COLUMNS)}) "
+                    f"VALUES ({', '.join([mark] * len(STAGE_COLUMNS))})",
+                    self.log.fact_rows(low, last, to_dialect=dialect),
                 )
             for name, model in self.models.items():
                 start = positions[name]

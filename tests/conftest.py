@@ -12,6 +12,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -49,12 +50,9 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture
-def database_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database for one test (SQLite file or PostgreSQL schema)."""
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ledger.db'}"
-        return
+@contextmanager
+def _postgres_schema() -> Iterator[str]:
+    """The URL of a fresh PostgreSQL schema, dropped afterwards."""
     import psycopg
     from sqlalchemy.engine import make_url
 
@@ -73,6 +71,32 @@ def database_url(backend: str, tmp_path: Path) -> Iterator[str]:
     finally:
         with psycopg.connect(conninfo, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def database_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database for one test (SQLite file or PostgreSQL schema)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+        return
+    with _postgres_schema() as url:
+        yield url
+
+
+@pytest.fixture
+def other_database_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A fresh database of the other kind (for read models kept apart from the ledger)."""
+    if backend == "postgres":
+        yield f"sqlite:///{tmp_path / 'other.db'}"
+        return
+    if not POSTGRES_URL:
+        if REQUIRE_POSTGRES:
+            pytest.fail(
+                "CHATLEDGER_REQUIRE_POSTGRES is set but CHATLEDGER_TEST_POSTGRES_URL is not"
+            )
+        pytest.skip("PostgreSQL not configured: set CHATLEDGER_TEST_POSTGRES_URL to run these")
+    with _postgres_schema() as url:
+        yield url
 
 
 @pytest.fixture

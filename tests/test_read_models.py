@@ -753,15 +753,15 @@ def test_read_models_can_live_in_a_separate_database(
 def test_a_separate_database_gets_the_same_rows_through_its_staging_table(
     make_ledger: Callable[..., SessionLedger],
     open_models: Callable[..., ReadModels],
-    tmp_path: Path,
+    other_database_url: str,
 ) -> None:
-    """Read models elsewhere (facts staged per batch) equal those kept next to the ledger."""
+    """Read models in a database of the other kind (facts staged per batch) equal shared ones."""
     flaky = FlakySummarizer()
     ledger = make_ledger(summarizer=flaky)
     for n, kind in enumerate(["msgs", "tool", "commit", "msgs", "merge", "fork", "evict"] * 3):
         play(ledger, flaky, "sep", (kind, n % 3, n))
     shared = open_models(ledger, batch_size=4)
-    elsewhere = open_models(ledger, url=f"sqlite:///{tmp_path / 'views.db'}", batch_size=3)
+    elsewhere = open_models(ledger, url=other_database_url, batch_size=3)
     shared.catch_up()
     elsewhere.catch_up()
     assert snapshot(elsewhere) == snapshot(shared)
