@@ -14,6 +14,7 @@ from chatledger.domain.events import (
     Evicted,
     Forked,
     MessageAdded,
+    Reactivated,
     Started,
 )
 from chatledger.domain.eventsourced import SessionEvent
@@ -111,6 +112,7 @@ __all__ = [
     "MessageAdded",
     "Principal",
     "ProjectionTimeout",
+    "Reactivated",
     "ReadModels",
     "RegistryConfig",
     "SessionBusyError",

@@ -21,6 +21,7 @@ from chatledger.domain.events import (
     Evicted,
     Forked,
     MessageAdded,
+    Reactivated,
     Started,
 )
 from chatledger.domain.eventsourced import SessionEvent
@@ -57,6 +58,7 @@ __all__ = [
     "Message",
     "MessageAdded",
     "Principal",
+    "Reactivated",
     "Session",
     "SessionEvent",
     "SessionState",

@@ -171,6 +171,21 @@ class Closed(SessionEvent):
         session.updated_at = self.timestamp
 
 
+class Reactivated(SessionEvent):
+    """An evicted or closed session came back to the working set: a message arrived for it.
+
+    Recorded just before that message, so who brought the session back and
+    when is part of its history.
+    """
+
+    previous_status: Literal["evicted", "closed"]
+
+    def apply(self, aggregate: Any) -> None:
+        session: Session = aggregate
+        session.evicted = session.closed = False
+        session.updated_at = self.timestamp
+
+
 EVENT_TYPES: tuple[type[SessionEvent], ...] = (
     Started,
     MessageAdded,
@@ -179,6 +194,7 @@ EVENT_TYPES: tuple[type[SessionEvent], ...] = (
     ArchiveMerged,
     Evicted,
     Closed,
+    Reactivated,
     Forked,
 )
 EventName = Literal[
@@ -189,6 +205,7 @@ EventName = Literal[
     "ArchiveMerged",
     "Evicted",
     "Closed",
+    "Reactivated",
     "Forked",
 ]
 

@@ -27,6 +27,7 @@ from chatledger.domain.events import (
     Evicted,
     Forked,
     MessageAdded,
+    Reactivated,
     Started,
 )
 from chatledger.domain.eventsourced import DomainEvent
@@ -162,6 +163,10 @@ class Session(BaseAggregate[UUID]):
             raise InvalidInput(
                 f"A message with id {message.id!r} is already in the live buffer; "
                 "use a fresh id (or omit it to get one)."
+            )
+        if self.evicted:  # the message brings the session back: record that first
+            self.trigger_event(
+                Reactivated, previous_status=self.status, actor=actor, timestamp=timestamp
             )
         self.trigger_event(MessageAdded, message=message, actor=actor, timestamp=timestamp)
 

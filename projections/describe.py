@@ -10,6 +10,7 @@ from chatledger.domain.events import (
     Evicted,
     Forked,
     MessageAdded,
+    Reactivated,
     Started,
 )
 from chatledger.domain.eventsourced import SessionEvent
@@ -51,4 +52,6 @@ def describe_event(event: SessionEvent) -> str:
         return f"left the working set ({event.reason}{idle})"
     if isinstance(event, Closed):
         return "closed by the client"
+    if isinstance(event, Reactivated):
+        return f"back in the working set (was {event.previous_status})"
     return type(event).__name__

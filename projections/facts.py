@@ -25,6 +25,7 @@ from chatledger.domain.events import (
     Evicted,
     Forked,
     MessageAdded,
+    Reactivated,
     Started,
 )
 from chatledger.domain.eventsourced import SessionEvent
@@ -124,4 +125,6 @@ def summarize(event: SessionEvent) -> str:
         return f"evicted ({event.reason}{idle})"
     if isinstance(event, Closed):
         return "closed by the client"
+    if isinstance(event, Reactivated):
+        return f"reactivated by a new message (was {event.previous_status})"
     return type(event).__name__

@@ -14,6 +14,7 @@ from chatledger.domain.events import (
     Evicted,
     Forked,
     MessageAdded,
+    Reactivated,
     Started,
 )
 from chatledger.domain.eventsourced import SessionEvent
@@ -76,4 +77,6 @@ def fold_session_meta(state: SessionMeta, event: SessionEvent) -> SessionMeta:
         )
     elif isinstance(event, Evicted | Closed):
         changes.update(evicted=True, updated_at=event.timestamp)
+    elif isinstance(event, Reactivated):
+        changes.update(evicted=False, updated_at=event.timestamp)
     return state.model_copy(update=changes)

@@ -446,6 +446,9 @@ def test_an_evicted_session_keeps_its_history_and_returns_on_a_new_message(
     models.catch_up()
     (row,) = models.working_set(ALICE)
     assert row.status == "live" and row.message_count == 2
+    trail = models.audit(ALICE, session="s")
+    assert [r.event_type for r in trail][-3:] == ["Evicted", "Reactivated", "MessageAdded"]
+    assert trail[-2].summary == "reactivated by a new message (was evicted)"
 
 
 def test_a_closed_session_leaves_the_working_set_as_closed_until_its_next_message(
@@ -464,6 +467,8 @@ def test_a_closed_session_leaves_the_working_set_as_closed_until_its_next_messag
     models.catch_up()
     (row,) = models.working_set(ALICE)
     assert row.status == "live" and row.message_count == 2
+    reactivated = models.audit(ALICE, session="s", types=["Reactivated"])
+    assert [r.summary for r in reactivated] == ["reactivated by a new message (was closed)"]
 
 
 def test_bad_eviction_arguments_are_invalid_input(models: ReadModels) -> None:

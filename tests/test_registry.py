@@ -537,7 +537,7 @@ def test_any_access_runs_the_expiry_sweep(ledger: SessionLedger) -> None:
 
 
 def test_an_evicted_session_comes_back_with_its_history(ledger: SessionLedger) -> None:
-    """After an eviction the ledger still holds the history, and get_or_adopt brings it back."""
+    """After an eviction get_or_adopt brings the session back; its next message records that."""
 
     async def scenario() -> None:
         clock = Ticker()
@@ -554,6 +554,8 @@ def test_an_evicted_session_comes_back_with_its_history(ledger: SessionLedger) -
         async with back.turn():
             await back.add_message("user", "and the eggs")
         assert (await back.view()).message_count == 2
+        types = [e.type for e in await back.history()]
+        assert types[3:] == ["Reactivated", "MessageAdded"]
 
     run(scenario())
 
