@@ -235,8 +235,20 @@ class ReadModels:
     @_public
     def rebuild(self, name: str | None = None, *, progress: Progress | None = None) -> int:
         """Drop one read model (or all, ``name=None``) and replay the whole log into it."""
-        names = list(READ_MODEL_NAMES) if name is None else [name]
+        names = list(READ_MODEL_NAMES) if name is None else [self.check_name(name)]
         return self._projector.rebuild(names, progress=progress)
+
+    def check_name(self, name: str) -> str:
+        """``name`` if it names a read model, else ``InvalidInput`` saying which do."""
+        if name in READ_MODEL_NAMES:
+            return name
+        hint = ""
+        if name == "audit":
+            hint = (
+                " The audit log is read straight from the event store (every event row "
+                "carries its audit facts), so it is never behind and needs no rebuild."
+            )
+        raise InvalidInput(f"Unknown read model {name!r}; choose from {READ_MODEL_NAMES}.{hint}")
 
     @_public
     def positions(self) -> dict[str, int]:

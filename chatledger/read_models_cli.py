@@ -67,8 +67,8 @@ def register(app: typer.Typer) -> None:
             SessionLedger(settings=settings) as ledger,
             ReadModels(ledger, url=projections_url) as models,
         ):
-            if name is not None and name not in models.names:
-                raise InvalidInput(f"Unknown read model {name!r}; choose from {models.names}.")
+            if name is not None:
+                models.check_name(name)
             head = models.head()
             columns = (
                 TextColumn("[bold]rebuild {task.description}"),

@@ -795,6 +795,8 @@ def test_cli_rebuild_project_and_sessions(ledger: SessionLedger, database_url: s
     assert "Applied 2 events" in result.output
     result = runner.invoke(app, ["rebuild", "--all", "--url", database_url])
     assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["rebuild", "audit", "--url", database_url])
+    assert result.exit_code == 1 and "needs no rebuild" in result.output
     result = runner.invoke(app, ["rebuild", "usage", "--url", database_url])
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["sessions", "--account", "acme", "--url", database_url, "--json"])
