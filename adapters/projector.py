@@ -59,6 +59,8 @@ Progress = Callable[[int, int], None]
 _TYPE_BY_TOPIC = {get_topic(cls): cls.__name__ for cls in EVENT_TYPES}
 _decode_json = json.JSONDecoder().decode
 _DDL_LOCK_KEY = 7366524412
+REBUILD_SPAN = 1_000_000  # events per rebuild transaction, read models next to the ledger
+REBUILD_SPAN_STAGED = 50_000  # ... in another database (facts copied through Python)
 
 
 @contextmanager
@@ -273,11 +275,18 @@ class Projector:
         names: Sequence[str],
         *,
         progress: Progress | None = None,
-        batch_size: int = 50_000,
+        batch_size: int | None = None,
     ) -> int:
-        """Reset the named models and replay the whole log into them; returns events read."""
+        """Reset the named models and replay the whole log into them; returns events read.
+
+        Spans are large (the SQL of a span costs about the same whatever its
+        size, and the working set's last span reaches the head, where it looks
+        sessions up one by one); smaller when every event's facts must be
+        copied into another database through this process.
+        """
         self.reset(names)
-        return self.catch_up(progress=progress, batch_size=batch_size)
+        size = batch_size or (REBUILD_SPAN if self.shared else REBUILD_SPAN_STAGED)
+        return self.catch_up(progress=progress, batch_size=size)
 
     # ---------------------------------------------------------- tracking
     def _read_tracking(self, connection: Connection) -> dict[str, tuple[int, int]]:
@@ -324,6 +333,7 @@ class Projector:
         positions = self.positions()
         low = min(positions.values())
         count, last = self.log.span(low, size)
+        at_head = count < size  # nothing after ``last`` when the span was taken
         if not count:
             self._publish(positions)
             return 0
@@ -357,7 +367,7 @@ class Projector:
                 )
                 if moved.rowcount != 1:
                     raise _Raced  # rolls back: nothing of this span is kept
-                model.apply(connection, Span(start, last, source, self.log, self.shared))
+                model.apply(connection, Span(start, last, source, self.log, self.shared, at_head))
                 positions[name] = last
             if not self.shared:
                 connection.execute(delete(stage_table))

@@ -154,6 +154,7 @@ class Span:
     source: str  # the table holding the span's fact rows
     log: ArchiveEvents
     shared: bool = True  # ``source`` is the events table itself (the whole log)
+    at_head: bool = False  # nothing was recorded after ``last`` when the span was taken
 
     @property
     def bounds(self) -> dict[str, int]:
@@ -200,9 +201,10 @@ WHERE chatledger_working_set.session_id = d.session_id
 """
 
 # The sessions with an event in the span, and their last one there: by
-# grouping the span, or -- when the log holds few sessions compared with the
-# span, as in a rebuild -- by looking up the last event up to the span's end of
-# every session created by then (the creation and stream indexes).
+# grouping the span, or -- when the span reaches the head of the log and the
+# log holds few sessions compared with the span, as in a rebuild -- by looking
+# up the last event of every session created by then (the creation index, then
+# the newest entries of its stream: at the head, that is the first one read).
 _TOUCHED_BY_SPAN = """
 SELECT originator_id AS session_id, MAX(id) AS last_id
 FROM {source} WHERE id > :after AND id <= :last
@@ -237,7 +239,9 @@ class WorkingSetModel(SqlReadModel):
         source = span.source
         connection.execute(text(_WS_INSERT.format(source=source)), span.bounds)
         touched = _TOUCHED_BY_SPAN
-        if span.shared:  # a staging table holds only the span: no earlier creations
+        # A staging table holds only the span (no earlier creations); before the
+        # head, a session's newest entries may lie far past the span's end.
+        if span.shared and span.at_head:
             few = (span.last - span.after) // _SESSIONS_PER_SPAN
             count = connection.execute(
                 text(_FEW_SESSIONS.format(source=source)), {"last": span.last, "few": few}
