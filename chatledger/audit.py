@@ -18,8 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from eventsourcing.persistence import IntegrityError, MapperDeserialisationError
-from eventsourcing.utils import TopicError
+from eventsourcing.persistence import IntegrityError
 
 from chatledger.adapters.chain import BrokenLink, ChainRow, first_breaks
 from chatledger.adapters.mapper import TimedStoredEvent
@@ -159,20 +158,15 @@ def _check_replay(
     session: Session | None = None
     for row in rows:
         try:
-            event = app.mapper.to_domain_event(_stored(row))
-            if not isinstance(event, SessionEvent):
-                raise TypeError(f"{row.topic} is not a session event")
-            session = event.mutate(session)
-            if not isinstance(session, Session):
-                raise TypeError("the first event does not start a session")
-        except Exception as error:  # a chain-consistent row this version cannot replay
+            event, session = _replay(ledger, row, session)
+        except _Unreplayable as error:  # a chain-consistent row this version cannot apply
             return len(stored), BrokenLink(
                 session_id=sid,
                 version=row.version,
                 position=row.position,
                 reason="event cannot be replayed",
                 expected="an event this chatledger version can apply",
-                found=f"{type(error).__name__}: {error}"[:300],
+                found=str(error)[:300],
             )
         expected = stored_facts(event, tenant, key, session.counters())
         if row.facts is not None and row.facts != expected:
@@ -202,6 +196,26 @@ def _check_replay(
                     found="a different stored snapshot",
                 )
     return len(stored), None
+
+
+class _Unreplayable(Exception):
+    """A stored row this version cannot decode or apply (the message says why)."""
+
+
+def _replay(
+    ledger: SessionLedger, row: ChainRow, session: Session | None
+) -> tuple[SessionEvent, Session]:
+    """Decode one stored row and apply it to ``session`` (None before a session's first)."""
+    try:
+        event = ledger._app.mapper.to_domain_event(_stored(row))
+        if not isinstance(event, SessionEvent):
+            raise TypeError(f"{row.topic} is not a session event")
+        replayed = event.mutate(session)
+        if not isinstance(replayed, Session):
+            raise TypeError("the first event does not start a session")
+    except Exception as error:
+        raise _Unreplayable(f"{type(error).__name__}: {error}") from error
+    return event, replayed
 
 
 def _stored(row: ChainRow) -> TimedStoredEvent:
@@ -305,27 +319,17 @@ def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
     identity = ("", "")
     session: Session | None = None
     for row in rows:  # every event must rebuild, or the ledger could not load it later
-        try:
-            event = ledger._app.mapper.to_domain_event(_stored(row))
-        except (MapperDeserialisationError, TopicError) as error:
-            raise InvalidInput(
-                f"Event {row.version} of session {row.originator_id} cannot be read "
-                f"({error}); nothing was imported."
-            ) from None
-        if not isinstance(event, SessionEvent):
-            raise InvalidInput(f"Event at position {row.position} is not a session event.")
         if row.version == 1:  # rows are in (session, version) order: a new session
-            identity = (str(getattr(event, "tenant", "")), str(getattr(event, "key", "")))
             session = None
         try:
-            session = event.mutate(session)
-            if not isinstance(session, Session):
-                raise TypeError("the first event does not start a session")
-        except Exception as error:
+            event, session = _replay(ledger, row, session)
+        except _Unreplayable as error:
             raise InvalidInput(
                 f"Event {row.version} of session {row.originator_id} cannot be replayed "
-                f"({type(error).__name__}: {error}); nothing was imported."
+                f"({error}); nothing was imported."
             ) from None
+        if row.version == 1:
+            identity = (session.tenant, session.key)
         facts[row.position] = stored_facts(event, *identity, session.counters())
     rows.sort(key=lambda r: r.position)
     try:

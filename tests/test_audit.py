@@ -267,11 +267,7 @@ def test_export_import_round_trip_reproduces_every_view(
 ) -> None:
     """Importing an export into an empty ledger gives equal sessions, histories and chains."""
     lines = list(populated.export(ADMIN))
-    target = (
-        make_ledger(url_suffix="import")
-        if False
-        else SessionLedger(f"sqlite:///{tmp_path / 'imported.db'}")
-    )
+    target = SessionLedger(f"sqlite:///{tmp_path / 'imported.db'}")
     try:
         result = target.import_(lines)
         assert (result.sessions, result.events) == (3, len(_rows(populated)))
@@ -300,6 +296,66 @@ def test_broken_export_file_imports_nothing(populated: SessionLedger, tmp_path: 
             target.import_([])
     finally:
         target.close()
+
+
+def _rehashed_with_unreadable_payload(lines: list[str]) -> list[str]:
+    """The export with one session's last event made undecodable, its chain hash made to fit."""
+    import json
+    import uuid
+
+    from chatledger.adapters.chain import chain_hash
+
+    records = [json.loads(line) for line in lines[1:]]
+    last = max(records, key=lambda r: (r["session_id"], r["version"]))
+    previous = next(
+        r
+        for r in records
+        if r["session_id"] == last["session_id"] and r["version"] == last["version"] - 1
+    )
+    last["state"] = json.dumps({"actor": {"account_id": "x"}, "nonsense": True})
+    last["hash"] = chain_hash(
+        bytes.fromhex(previous["hash"]),
+        position=last["position"],
+        originator_id=uuid.UUID(last["session_id"]),
+        version=last["version"],
+        topic=last["topic"],
+        timestamp_us=last["timestamp_us"],
+        state=last["state"].encode(),
+    ).hex()
+    return [lines[0], *(json.dumps(r) for r in records)]
+
+
+def test_an_export_whose_chain_holds_but_an_event_cannot_be_applied_imports_nothing(
+    populated: SessionLedger, tmp_path: Any
+) -> None:
+    """A chain-consistent export with an event this version cannot apply is refused whole."""
+    lines = _rehashed_with_unreadable_payload(list(populated.export(ADMIN)))
+    target = SessionLedger(f"sqlite:///{tmp_path / 'imported.db'}")
+    try:
+        with pytest.raises(InvalidInput, match="cannot be replayed"):
+            target.import_(lines)
+        assert target._app.recorder.max_notification_id() is None
+    finally:
+        target.close()
+
+
+def test_verify_reports_a_chain_consistent_event_it_cannot_apply(
+    populated: SessionLedger,
+) -> None:
+    """A row rewritten with a fitting hash but an unusable payload is reported, not raised."""
+    import json
+
+    lines = _rehashed_with_unreadable_payload(list(populated.export(ADMIN)))
+    forged = next(r for r in map(json.loads, lines[1:]) if "nonsense" in r["state"])
+    _execute(
+        populated,
+        "UPDATE chatledger_events SET state = :state, hash = :hash WHERE id = :id",
+        state=forged["state"].encode(),
+        hash=bytes.fromhex(forged["hash"]),
+        id=forged["position"],
+    )
+    (issue,) = populated.verify(ADMIN).issues
+    assert (issue.reason, issue.position) == ("event cannot be replayed", forged["position"])
 
 
 def test_import_refuses_a_non_empty_ledger(populated: SessionLedger) -> None:
