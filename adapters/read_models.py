@@ -2,22 +2,23 @@
 
 Three read models, each a ``SqlReadModel`` with a name, a version and its own
 tables: the working set (one row per session), the archive history and tool
-usage. (The audit log needs no copy: it is the store's own rows and their
-stored facts, see ``chatledger.adapters.eventstore.query_audit``.) ``apply(connection, span)``
-brings a model from one log position to another inside the projector's
-transaction, which also moves the model's tracking position (see
-``chatledger.adapters.projector``), so it never commits by itself.
+usage. (The audit log needs no copy: it is the store's own rows with their
+stored facts, see ``chatledger.adapters.eventstore.query_audit``.)
+``apply(connection, span)`` brings a model from one log position to another
+inside the projector's transaction, which also moves the model's tracking
+position (see ``chatledger.adapters.projector``), so it never commits by
+itself.
 
-The working set and usage are set-wise SQL over the stored
-facts every event row carries (``chatledger.projections.facts``): one
-``INSERT ... SELECT`` or ``UPDATE ... FROM`` per span, whether the span is
-five events of a live follower or the whole log of a rebuild, so the two can
-only agree. The SQL reads ``span.source``: the events table itself when the
-read models share the ledger's database, or a staging table the projector
-fills with the span's fact rows when they live elsewhere. The archive
-history needs the archive bodies, so it decodes just the events that carry
-archives (commits, merges, forks) with the pure fold of
-``chatledger.projections.archive_events``.
+The working set and usage are set-wise SQL over the stored facts every event
+row carries (``chatledger.projections.facts``), the same statements for five
+events of a live follower and for the whole log of a rebuild: a session's
+working-set row is the facts of its last event (counters and status right
+after it), and usage adds up the tool-call columns into the stored totals.
+The SQL reads ``span.source``: the events table itself when the read models
+share the ledger's database, or a staging table the projector fills with the
+span's fact rows when they live elsewhere. The archive history needs the
+archive bodies, so it decodes just the events that carry archives (commits,
+merges, forks) with the pure fold of ``chatledger.projections.archive_events``.
 """
 
 from __future__ import annotations
