@@ -1099,6 +1099,7 @@ class SessionLedger:
             last_commit_at=session.last_commit_at,
             archive_count=len(session.archives),
             evicted=session.evicted,
+            status=session.status,
             buffer=tuple(session.buffer.values()),
             archives=tuple(session.archives),
             pending_tokens=session.pending_tokens,

@@ -47,6 +47,7 @@ from chatledger.domain.errors import (
     UnknownSession,
 )
 from chatledger.domain.identity import session_id, validate_key
+from chatledger.domain.session import SessionStatus
 from chatledger.domain.timestamps import from_micros, to_micros
 from chatledger.domain.values import Principal
 from chatledger.projections.facts import EVENT_NAMES
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
 
 
 WorkingSetOrder = Literal["last_activity", "created", "key"]
-SessionStatus = Literal["live", "evicted", "closed"]
 DEFAULT_POLL_INTERVAL = 0.05
 MAX_PAGE = 10_000
 

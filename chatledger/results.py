@@ -9,6 +9,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict
 
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.session import SessionStatus
 from chatledger.domain.values import ArchiveSummary, ClientContext, Message, Principal
 
 CommitStatus = Literal["completed", "failed", "processing", "skipped"]
@@ -42,7 +43,8 @@ class SessionView(Result):
     commit_count: int
     last_commit_at: datetime | None
     archive_count: int
-    evicted: bool
+    evicted: bool  # out of the working set: evicted or closed
+    status: SessionStatus
     buffer: tuple[Message, ...]
     archives: tuple[ArchiveSummary, ...]
     pending_tokens: int

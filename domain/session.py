@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Final, Literal, NamedTuple
 from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate, CanSnapshotAggregate
@@ -41,9 +41,10 @@ from chatledger.domain.values import (
 )
 
 DEFAULT_COMPRESS_THRESHOLD = 10
-LIVE = "live"
-EVICTED = "evicted"
-CLOSED = "closed"
+SessionStatus = Literal["live", "evicted", "closed"]
+LIVE: Final = "live"
+EVICTED: Final = "evicted"
+CLOSED: Final = "closed"
 
 
 class SessionCounters(NamedTuple):
@@ -55,7 +56,7 @@ class SessionCounters(NamedTuple):
     commit_count: int
     archive_count: int  # live archives
     last_commit_at: datetime | None
-    status: str  # LIVE, EVICTED (idle, LRU, admin) or CLOSED (by its client)
+    status: SessionStatus  # LIVE, EVICTED (idle, LRU, admin) or CLOSED (by its client)
 
 
 class SessionState(BaseModel):
@@ -277,7 +278,7 @@ class Session(BaseAggregate[UUID]):
         self.turn_count = sum(1 for m in messages if m.role == "user")
 
     @property
-    def status(self) -> str:
+    def status(self) -> SessionStatus:
         """LIVE, or why it left the working set: EVICTED or CLOSED."""
         if not self.evicted:
             return LIVE
