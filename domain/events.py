@@ -13,8 +13,6 @@ import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
-
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
 from chatledger.domain.rules import with_merge
 from chatledger.domain.values import ArchiveSummary, ClientContext, EvictionReason, Message
@@ -91,16 +89,9 @@ class MessageAdded(SessionEvent):
 
 
 class Committed(SessionEvent):
-    """Exactly the messages named by the archive left the buffer, folded into it.
-
-    ``covered_tokens`` and ``covered_turns`` say how many pending tokens and
-    user turns left the buffer with them (known to the session when it
-    commits), so the event alone tells what the commit changed.
-    """
+    """Exactly the messages named by the archive left the buffer, folded into it."""
 
     archive: ArchiveSummary
-    covered_tokens: int = Field(ge=0)
-    covered_turns: int = Field(ge=0)
 
     @property
     def message_ids(self) -> tuple[str, ...]:

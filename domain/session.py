@@ -180,15 +180,7 @@ class Session(BaseAggregate[UUID]):
             )
         if not archive.message_ids:
             raise InvalidInput("A commit must cover at least one message.")
-        covered = [self.buffer[i] for i in dict.fromkeys(archive.message_ids)]
-        self.trigger_event(
-            Committed,
-            archive=archive,
-            covered_tokens=sum(m.tokens for m in covered),
-            covered_turns=sum(1 for m in covered if m.role == "user"),
-            actor=actor,
-            timestamp=timestamp,
-        )
+        self.trigger_event(Committed, archive=archive, actor=actor, timestamp=timestamp)
 
     def record_commit_failure(
         self,

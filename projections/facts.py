@@ -29,10 +29,9 @@ from chatledger.domain.events import (
     Started,
 )
 from chatledger.domain.eventsourced import SessionEvent
-from chatledger.domain.session import CLOSED, EVICTED, LIVE, SessionCounters
+from chatledger.domain.session import SessionCounters
 from chatledger.domain.timestamps import to_micros
 
-SESSION_STATUSES: tuple[str, ...] = (LIVE, EVICTED, CLOSED)
 _SUMMARY_ERROR_CHARS = 80
 EVENT_NAMES: frozenset[str] = frozenset(cls.__name__ for cls in EVENT_TYPES)
 
@@ -106,8 +105,7 @@ def summarize(event: SessionEvent) -> str:
         return text
     if isinstance(event, Committed):
         count = _count(len(event.archive.message_ids), "message")
-        tokens = _count(event.covered_tokens, "token")
-        return f"committed {count} ({tokens}) into archive {event.archive.archive_id}"
+        return f"committed {count} into archive {event.archive.archive_id}"
     if isinstance(event, ArchiveMerged):
         sources = event.source_archive_ids
         return f"merged {len(sources)} archives into {event.archive.archive_id}"

@@ -53,13 +53,7 @@ def test_every_event_round_trips_exactly() -> None:
             originator_id=sid, originator_version=2, timestamp=WHEN, actor=ACTOR, message=message
         ),
         Committed(
-            originator_id=sid,
-            originator_version=3,
-            timestamp=WHEN,
-            actor=ACTOR,
-            archive=archive,
-            covered_tokens=message.tokens,
-            covered_turns=1 if message.role == "user" else 0,
+            originator_id=sid, originator_version=3, timestamp=WHEN, actor=ACTOR, archive=archive
         ),
     ]
     for event in events:

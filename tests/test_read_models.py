@@ -245,7 +245,7 @@ def test_audit_has_one_row_per_event_with_actor_and_summary(
     assert rows[-1].account_id == "acme" and rows[-1].session_key == "s"
     assert rows[0].summary == "started session 's' in account 'acme'"
     assert rows[1].summary.startswith("user message ")
-    assert rows[2].summary.startswith("committed 1 message (1 token) into archive ")
+    assert rows[2].summary.startswith("committed 1 message into archive ")
     assert rows[3].summary == "evicted (admin)"
 
 
