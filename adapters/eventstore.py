@@ -222,7 +222,8 @@ def create_tables(engine: Engine) -> None:
                 raise StoreUnavailable(
                     f"The table {events_table.name} was created by a development build of "
                     "chatledger before 0.1.0 (it has no stored-facts columns) and cannot be "
-                    "opened by this version; point the ledger at a new database."
+                    "opened by this version. Export it with the build that wrote it "
+                    "(`chatledger export`) and import the file into a new database."
                 )
 
 

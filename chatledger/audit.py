@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -315,6 +316,15 @@ def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
     positions = [r.position for r in rows]
     if len(set(positions)) != len(positions):
         raise InvalidInput("Two events share a position; nothing was imported.")
+    if min(positions, default=1) < 1:
+        raise InvalidInput("Positions start at 1; nothing was imported.")
+    for before, after in pairwise(rows):  # rows are in (session, version) order
+        if before.originator_id == after.originator_id and before.position > after.position:
+            raise InvalidInput(
+                f"Event {after.version} of session {after.originator_id} has a position "
+                f"({after.position}) before its predecessor's ({before.position}); a "
+                "session's events follow each other in the log. Nothing was imported."
+            )
     facts: dict[int, StoredFacts] = {}
     identity = ("", "")
     session: Session | None = None

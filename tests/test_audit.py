@@ -265,13 +265,15 @@ def test_no_random_mutation_goes_undetected(make_ledger: Callable[..., SessionLe
 def test_export_import_round_trip_reproduces_every_view(
     populated: SessionLedger, make_ledger: Callable[..., SessionLedger], tmp_path: Any
 ) -> None:
-    """Importing an export into an empty ledger gives equal sessions, histories and chains."""
+    """An imported export gives equal sessions, histories, chains and stored facts."""
     lines = list(populated.export(ADMIN))
     target = SessionLedger(f"sqlite:///{tmp_path / 'imported.db'}")
     try:
         result = target.import_(lines)
         assert (result.sessions, result.events) == (3, len(_rows(populated)))
         assert target.verify(ADMIN).ok
+        facts = [[r[c] for c in COLUMNS[7:]] for r in _rows(populated)]
+        assert [[r[c] for c in COLUMNS[7:]] for r in _rows(target)] == facts
         for who, key in ((ALICE, "s1"), (ALICE, "s2"), (BOB, "s1")):
             assert target.session(who, key) == populated.session(who, key)
             assert target.history(who, key) == populated.history(who, key)
@@ -298,31 +300,73 @@ def test_broken_export_file_imports_nothing(populated: SessionLedger, tmp_path: 
         target.close()
 
 
-def _rehashed_with_unreadable_payload(lines: list[str]) -> list[str]:
-    """The export with one session's last event made undecodable, its chain hash made to fit."""
+def _rechained(lines: list[str], change: Callable[[list[dict[str, Any]]], None]) -> list[str]:
+    """The export after ``change`` edits its records, every hash recomputed to fit (no key)."""
     import json
     import uuid
 
-    from chatledger.adapters.chain import chain_hash
+    from chatledger.adapters.chain import GENESIS, chain_hash
 
     records = [json.loads(line) for line in lines[1:]]
-    last = max(records, key=lambda r: (r["session_id"], r["version"]))
-    previous = next(
-        r
-        for r in records
-        if r["session_id"] == last["session_id"] and r["version"] == last["version"] - 1
-    )
-    last["state"] = json.dumps({"actor": {"account_id": "x"}, "nonsense": True})
-    last["hash"] = chain_hash(
-        bytes.fromhex(previous["hash"]),
-        position=last["position"],
-        originator_id=uuid.UUID(last["session_id"]),
-        version=last["version"],
-        topic=last["topic"],
-        timestamp_us=last["timestamp_us"],
-        state=last["state"].encode(),
-    ).hex()
+    change(records)
+    previous: dict[str, bytes] = {}
+    for r in sorted(records, key=lambda r: (r["session_id"], r["version"])):
+        digest = chain_hash(
+            previous.get(r["session_id"], GENESIS),
+            position=r["position"],
+            originator_id=uuid.UUID(r["session_id"]),
+            version=r["version"],
+            topic=r["topic"],
+            timestamp_us=r["timestamp_us"],
+            state=r["state"].encode(),
+        )
+        r["hash"] = digest.hex()
+        previous[r["session_id"]] = digest
     return [lines[0], *(json.dumps(r) for r in records)]
+
+
+def _newest(records: list[dict[str, Any]]) -> dict[str, Any]:
+    return max(records, key=lambda r: (r["session_id"], r["version"]))
+
+
+def _rehashed_with_unreadable_payload(lines: list[str]) -> list[str]:
+    """The export with one session's last event made undecodable, its chain hash made to fit."""
+    import json
+
+    def spoil(records: list[dict[str, Any]]) -> None:
+        _newest(records)["state"] = json.dumps({"actor": {"account_id": "x"}, "nonsense": True})
+
+    return _rechained(lines, spoil)
+
+
+def test_an_export_whose_positions_contradict_its_versions_imports_nothing(
+    populated: SessionLedger, tmp_path: Any
+) -> None:
+    """Positions must be >= 1 and follow each session's versions, even where the chain fits."""
+
+    def swap_last_two(records: list[dict[str, Any]]) -> None:
+        last = _newest(records)
+        before = next(
+            r
+            for r in records
+            if r["session_id"] == last["session_id"] and r["version"] == last["version"] - 1
+        )
+        before["position"], last["position"] = last["position"], before["position"]
+
+    def start_at_zero(records: list[dict[str, Any]]) -> None:
+        min(records, key=lambda r: r["position"])["position"] = 0
+
+    lines = list(populated.export(ADMIN))
+    target = SessionLedger(f"sqlite:///{tmp_path / 'imported.db'}")
+    try:
+        with pytest.raises(InvalidInput, match="before its predecessor"):
+            target.import_(_rechained(lines, swap_last_two))
+        with pytest.raises(InvalidInput, match="start at 1"):
+            target.import_(_rechained(lines, start_at_zero))
+        assert target._app.recorder.max_notification_id() is None
+        assert target.import_(_rechained(lines, lambda records: None)).events == len(lines) - 1
+    finally:
+        target.close()
 
 
 def test_an_export_whose_chain_holds_but_an_event_cannot_be_applied_imports_nothing(
