@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -35,6 +35,23 @@ def has_control_characters(text: str) -> bool:
     return _CONTROL_CHARACTER.search(text) is not None
 
 
+def printable(text: str) -> str:
+    """``text`` with every control character (newlines too) replaced by a space."""
+    return _CONTROL_CHARACTER.sub(" ", text)
+
+
+def _without_nul(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError(
+            "contains a NUL character (\\x00), which databases cannot store as text; remove it"
+        )
+    return text
+
+
+NulFreeText = Annotated[str, AfterValidator(_without_nul)]
+"""Text that read models keep in text columns: anything but NUL (PostgreSQL refuses it)."""
+
+
 class Principal(Value):
     """The acting party: a tenant account, a user in it, and the agent acting for them."""
 
@@ -54,7 +71,7 @@ class Principal(Value):
 class ToolCall(Value):
     """Usage data of one tool call, carried by the message that reports it."""
 
-    tool_name: str = Field(min_length=1, max_length=256)
+    tool_name: str = Field(min_length=1, max_length=256, pattern=_PRINTABLE)
     status: Literal["success", "error"] = "success"
     prompt_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(default=0, ge=0)
@@ -91,8 +108,8 @@ class ArchiveSummary(Value):
     """A summarised archive of messages folded out of the live buffer."""
 
     archive_id: str = Field(min_length=1)
-    overview: str
-    abstract: str
+    overview: NulFreeText
+    abstract: NulFreeText
     message_ids: tuple[str, ...]
     tokens: int = Field(ge=0)
     created_at: datetime

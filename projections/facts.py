@@ -31,6 +31,7 @@ from chatledger.domain.events import (
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import SessionCounters
 from chatledger.domain.timestamps import to_micros
+from chatledger.domain.values import printable
 
 _SUMMARY_ERROR_CHARS = 80
 EVENT_NAMES: frozenset[str] = frozenset(cls.__name__ for cls in EVENT_TYPES)
@@ -94,7 +95,15 @@ def stored_facts(event: SessionEvent, tenant: str, key: str, after: SessionCount
 
 
 def summarize(event: SessionEvent) -> str:
-    """A short, human line saying what ``event`` did (no message content: it may be private)."""
+    """A short, human line saying what ``event`` did (no message content: it may be private).
+
+    Control characters (from an error text, say) become spaces: the line is
+    kept in a text column, and PostgreSQL refuses NUL there.
+    """
+    return printable(_summary(event))
+
+
+def _summary(event: SessionEvent) -> str:
     if isinstance(event, MessageAdded):
         m = event.message
         text = f"{m.role} message {m.id} ({_count(m.tokens, 'token')})"
@@ -114,7 +123,7 @@ def summarize(event: SessionEvent) -> str:
     if isinstance(event, Forked):
         return f"forked from {event.origin_key!r} at version {event.origin_version}"
     if isinstance(event, CommitFailed):
-        error = event.error.strip().replace("\n", " ")
+        error = event.error.strip()
         if len(error) > _SUMMARY_ERROR_CHARS:
             error = error[: _SUMMARY_ERROR_CHARS - 1] + "…"
         return f"commit of {_count(event.message_count, 'message')} failed: {error}"

@@ -108,6 +108,38 @@ def test_failed_commit_changes_no_view_and_records_commit_failed(
     assert failed.event.message_count == live  # type: ignore[attr-defined]
 
 
+class _NulSummarizer:
+    """Summarises into text holding NUL, or fails with an error message holding NUL."""
+
+    def __init__(self, *, fail: bool) -> None:
+        self.fail = fail
+
+    def summarize(self, messages: Sequence[Message]) -> Summary:
+        if self.fail:
+            raise RuntimeError("upstream said \x00 and\nstopped")
+        return Summary(overview="nul\x00here", abstract="a")
+
+    def merge(self, archives: Sequence[ArchiveSummary]) -> Summary:
+        return self.summarize(())
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["nul-in-summary", "nul-in-error"])
+def test_nul_from_a_summarizer_fails_the_commit_cleanly(
+    make_ledger: Callable[..., SessionLedger], fail: bool
+) -> None:
+    """NUL from a summarizer (which text columns cannot hold) gives a recorded CommitFailed."""
+    ledger = make_ledger(summarizer=_NulSummarizer(fail=fail))
+    _fill(ledger)
+    result = ledger.commit(ALICE, "s1")
+    assert result.status == "failed"
+    assert ("NUL" in (result.error or "")) != fail
+    failed = ledger.history(ALICE, "s1")[-1]
+    assert failed.type == "CommitFailed"
+    (entry,) = ledger.audit(ALICE, session="s1", types=["CommitFailed"])
+    assert entry.summary.startswith("commit of 4 messages failed: ")
+    assert not any(ord(c) < 32 for c in entry.summary)
+
+
 def test_commit_after_a_failure_succeeds(make_ledger: Callable[..., SessionLedger]) -> None:
     """A failed commit leaves the session usable: the next commit archives everything."""
     summarizer = FlakySummarizer()

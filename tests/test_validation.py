@@ -30,6 +30,10 @@ BAD_MESSAGES: list[tuple[str, dict[str, Any]]] = [
     ),
     ("unknown field", {"role": "user", "content": "x", "colour": "red"}),
     ("control char in id", {"role": "user", "content": "x", "message_id": "a\nb"}),
+    (
+        "NUL in tool name",
+        {"role": "tool", "content": "x", "tool_call": {"tool_name": "search\x00"}},
+    ),
 ]
 
 
