@@ -176,6 +176,23 @@ class EventLog:
             ) from error
 
 
+SQLITE_MINIMUM = (3, 33, 0)
+"""The read models' SQL needs ``UPDATE ... FROM`` (SQLite 3.33) and upserts (3.24)."""
+
+
+def _check_sqlite_version(engine: Engine) -> None:
+    if engine.dialect.name != "sqlite":
+        return
+    found: tuple[int, ...] = engine.dialect.loaded_dbapi.sqlite_version_info
+    if tuple(found) < SQLITE_MINIMUM:
+        raise StoreUnavailable(
+            f"The read models need SQLite {'.'.join(map(str, SQLITE_MINIMUM))} or newer; "
+            f"this Python's sqlite3 module links SQLite {'.'.join(map(str, found))}. Use a "
+            "Python built against a newer SQLite, or keep the read models in PostgreSQL "
+            "(projections_url)."
+        )
+
+
 def _uuid_text(value: Any) -> str:
     """A session id as SQLite stores it (32 hex digits), from either driver's form."""
     return value.hex if isinstance(value, UUID) else str(value)
@@ -218,6 +235,8 @@ class Projector:
     # ------------------------------------------------------------ set-up
     def prepare(self) -> list[str]:
         """Create missing tables; reset each model whose stored version differs (returned)."""
+        for engine in (self.engine, self.log.engine):
+            _check_sqlite_version(engine)
         reset: list[str] = []
         with store_errors("prepare the read models"), self.engine.begin() as connection:
             self._ddl_lock(connection)

@@ -777,6 +777,17 @@ def test_a_separate_database_gets_the_same_rows_through_its_staging_table(
         )
 
 
+def test_read_models_on_too_old_an_sqlite_say_what_they_need(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite before 3.33 (no UPDATE ... FROM) is refused when read models open, clearly."""
+    with SessionLedger(f"sqlite:///{tmp_path / 'old.db'}") as ledger:
+        dbapi = ledger._app.event_recorder.engine.dialect.loaded_dbapi
+        monkeypatch.setattr(dbapi, "sqlite_version_info", (3, 31, 1))
+        with pytest.raises(StoreUnavailable, match=r"SQLite 3\.33\.0 or newer.*3\.31\.1"):
+            ReadModels(ledger)
+
+
 def test_an_unusable_read_model_database_is_store_unavailable(ledger: SessionLedger) -> None:
     """A projections database that cannot be opened raises StoreUnavailable."""
     with pytest.raises(StoreUnavailable):
