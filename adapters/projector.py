@@ -59,6 +59,10 @@ Progress = Callable[[int, int], None]
 _TYPE_BY_TOPIC = {get_topic(cls): cls.__name__ for cls in EVENT_TYPES}
 _decode_json = json.JSONDecoder().decode
 _DDL_LOCK_KEY = 7366524412
+RETIRED_TABLES: dict[str, tuple[str, ...]] = {
+    "audit": ("chatledger_audit",),  # the audit log reads the store itself since 0.1.0
+    "working_set": ("chatledger_working_set_buffer",),  # stored facts replaced it
+}
 REBUILD_SPAN = 1_000_000  # events per rebuild transaction, read models next to the ledger
 REBUILD_SPAN_STAGED = 50_000  # ... in another database (facts copied through Python)
 
@@ -244,6 +248,7 @@ class Projector:
             if not self.shared:
                 stage_table.create(connection, checkfirst=True)
             stored = self._read_tracking(connection)
+            self._retire(connection, stored)
             for name, model in self.models.items():
                 entry = stored.get(name)
                 if entry is None or entry[0] != model.version:
@@ -253,6 +258,18 @@ class Projector:
                     for table in model.tables:
                         table.create(connection, checkfirst=True)
         return reset
+
+    def _retire(self, connection: Connection, stored: dict[str, tuple[int, int]]) -> None:
+        """Drop what earlier versions kept and this one does not (their tracking row says so)."""
+        t = tracking_table
+        for name, (version, _) in stored.items():
+            model = self.models.get(name)
+            if model is not None and model.version == version:
+                continue
+            for table in RETIRED_TABLES.get(name, ()):
+                connection.execute(text(f"DROP TABLE IF EXISTS {table}"))
+            if model is None:
+                connection.execute(t.delete().where(t.c.name == name))
 
     def _ddl_lock(self, connection: Connection) -> None:
         if connection.dialect.name == "postgresql":

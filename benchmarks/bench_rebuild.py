@@ -9,7 +9,7 @@ database:
   timestamp_us FROM chatledger_events ORDER BY id`` on a DB-API cursor,
   ``fetchmany(5000)`` until exhausted (the floor: no decoding, no writes);
 * ``rebuild all``: ``ReadModels.rebuild()`` -- drop every read model and
-  replay the whole log into the working set, archives, audit log and usage
+  replay the whole log into the working set, the archive history and usage
   (set-wise SQL over the stored facts; the archive history decodes the
   commits, merges and forks);
 * ``rebuild <model>``: the same for each read model alone (the breakdown).

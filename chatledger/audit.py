@@ -170,7 +170,7 @@ def _check_replay(
                 found=str(error)[:300],
             )
         expected = stored_facts(event, tenant, key, session.counters())
-        if row.facts is not None and row.facts != expected:
+        if row.facts != expected:
             changed = [
                 name
                 for name, want, got in zip(StoredFacts._fields, expected, row.facts, strict=False)

@@ -604,13 +604,16 @@ def test_rebuild_gives_exactly_the_rows_of_incremental_processing(
     log = models._projector.log
     fast = log.archive_events(0, log.head())
     app = ledger._app
-    identities = {
-        r.session_id: (r.account_id, r.session_key)
-        for r in models.working_set(ADMIN, include_evicted=True, limit=MAX_ROWS)
+    notifications = app.recorder.select_notifications(1, 100_000)
+    identities = {  # from each session's creation event itself, not from stored facts
+        n.originator_id: (event.tenant, event.key)
+        for n in notifications
+        if n.originator_version == 1
+        for event in [app.mapper.to_domain_event(n)]
     }
     slow = [
         archive_event_from_event(app.mapper.to_domain_event(n), n.id, *identities[n.originator_id])
-        for n in app.recorder.select_notifications(1, 100_000)
+        for n in notifications
         if n.topic.rsplit(":", 1)[-1] in ARCHIVE_EVENT_TYPES
     ]
     assert fast == slow
@@ -775,6 +778,28 @@ def test_a_separate_database_gets_the_same_rows_through_its_staging_table(
             connection.execute(text("SELECT COUNT(*) FROM chatledger_projection_stage")).scalar()
             == 0
         )
+
+
+def test_tables_of_earlier_read_models_are_dropped_when_read_models_open(
+    ledger: SessionLedger, open_models: Callable[..., ReadModels]
+) -> None:
+    """An audit copy and a working-set buffer left by an earlier version go, with their rows."""
+    open_models(ledger).close()
+    engine = ledger._app.event_recorder.engine
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE chatledger_audit (position BIGINT)"))
+        connection.execute(text("CREATE TABLE chatledger_working_set_buffer (session_id TEXT)"))
+        connection.execute(text("INSERT INTO chatledger_projections VALUES ('audit', 1, 7)"))
+        connection.execute(
+            text("UPDATE chatledger_projections SET version = 1 WHERE name = 'working_set'")
+        )
+    models = open_models(ledger)
+    assert models.reset_on_start == ("working_set",)
+    with engine.connect() as connection:
+        names = set(connection.dialect.get_table_names(connection))
+        tracked = connection.execute(text("SELECT name FROM chatledger_projections")).scalars()
+        assert set(tracked) == set(READ_MODEL_NAMES)
+    assert not names & {"chatledger_audit", "chatledger_working_set_buffer"}
 
 
 def test_read_models_on_too_old_an_sqlite_say_what_they_need(
