@@ -173,7 +173,9 @@ def _check_replay(
         if row.facts != expected:
             changed = [
                 name
-                for name, want, got in zip(StoredFacts._fields, expected, row.facts, strict=False)
+                for name, want, got in zip(
+                    StoredFacts._fields, expected, row.facts or (), strict=False
+                )
                 if want != got
             ]
             return len(stored), BrokenLink(
@@ -182,7 +184,7 @@ def _check_replay(
                 position=row.position,
                 reason="stored facts differ from the event",
                 expected="facts derived from the verified events",
-                found=f"edited fact columns: {', '.join(changed)}",
+                found=f"edited fact columns: {', '.join(changed) or 'all (none stored)'}",
             )
         snapshot = stored.get(row.version)
         if snapshot is not None:
