@@ -27,6 +27,7 @@ Run::
     python benchmarks/bench_rebuild.py                  # SQLite, 200k events, 3 rounds
     python benchmarks/bench_rebuild.py --url postgresql+psycopg://postgres@127.0.0.1/bench
     python benchmarks/bench_rebuild.py --events 50000 --rounds 1 --latency
+    python benchmarks/bench_rebuild.py --interleave 50   # 50 sessions at a time take turns
 """
 
 from __future__ import annotations
@@ -51,30 +52,40 @@ PRINCIPALS = [Principal(account_id=f"tenant{n}", user_id="u", agent_id="bench") 
 TOOL = {"tool_name": "search", "prompt_tokens": 12, "completion_tokens": 30}
 
 
-def build(ledger: SessionLedger, events: int, seed: int = 7) -> int:
-    """Append about ``events`` events; returns the log head."""
+def build(ledger: SessionLedger, events: int, *, interleave: int = 1, seed: int = 7) -> int:
+    """Append about ``events`` events; returns the log head.
+
+    Each session gets 1-4 batches of 100 messages, each followed by a commit;
+    with ``interleave`` N, groups of N sessions take their batches in turns
+    (so sessions overlap in the log, as concurrent agents would).
+    """
     rng = random.Random(seed)
-    appended = session = 0
+    plan: list[int] = []  # batches per session
+    while sum(plan) * 101 < events:
+        plan.append(rng.randint(1, 4))
+    turns: list[int] = []  # session numbers, in the order their batches are appended
+    for first in range(0, len(plan), interleave):
+        group = range(first, min(first + interleave, len(plan)))
+        for turn in range(max(plan[s] for s in group)):
+            turns.extend(s for s in group if turn < plan[s])
     started = time.perf_counter()
-    while appended < events:
+    for session in turns:
         who = PRINCIPALS[session % len(PRINCIPALS)]
         key = f"session-{session}"
-        session += 1
-        for _ in range(rng.randint(1, 4)):
-            batch = [
-                {
-                    "role": rng.choice(("user", "assistant", "tool")),
-                    "content": "lorem ipsum dolor " * rng.randint(1, 12),
-                }
-                | ({"tool_call": TOOL} if rng.random() < 0.3 else {})
-                for _ in range(100)
-            ]
-            ledger.add_messages(who, key, batch)
-            ledger.commit(who, key)
-            appended += 101
+        batch = [
+            {
+                "role": rng.choice(("user", "assistant", "tool")),
+                "content": "lorem ipsum dolor " * rng.randint(1, 12),
+            }
+            | ({"tool_call": TOOL} if rng.random() < 0.3 else {})
+            for _ in range(100)
+        ]
+        ledger.add_messages(who, key, batch)
+        ledger.commit(who, key)
     head = ReadModels(ledger).head()
     console.print(
-        f"built {head} events in {session} sessions in {time.perf_counter() - started:.1f}s"
+        f"built {head} events in {len(plan)} sessions (interleaved by {interleave}) "
+        f"in {time.perf_counter() - started:.1f}s"
     )
     return head
 
@@ -102,11 +113,11 @@ def timed(work: Callable[[], int]) -> float:
     return count / (time.perf_counter() - started)
 
 
-def bench_rebuild(url: str, events: int, rounds: int) -> None:
+def bench_rebuild(url: str, events: int, rounds: int, interleave: int) -> None:
     with SessionLedger(url, snapshot_interval=10_000) as ledger:
         models = ReadModels(ledger)
         if models.head() < events:
-            build(ledger, events - models.head())
+            build(ledger, events - models.head(), interleave=interleave)
         contenders: dict[str, Callable[[], int]] = {
             "raw scan": lambda: raw_scan(ledger),
             "rebuild all": models.rebuild,
@@ -185,12 +196,15 @@ def main() -> None:
     parser.add_argument("--url", help="ledger URL (default: a fresh SQLite file)")
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--interleave", type=int, default=1, help="sessions taking turns while the log is built"
+    )
     parser.add_argument("--latency", action="store_true", help="also measure follower latency")
     parser.add_argument("--samples", type=int, default=60)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         url = args.url or f"sqlite:///{Path(folder) / 'bench.db'}"
-        bench_rebuild(url, args.events, args.rounds)
+        bench_rebuild(url, args.events, args.rounds, max(1, args.interleave))
         if args.latency:
             bench_latency(url, args.samples)
 
