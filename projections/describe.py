@@ -1,4 +1,5 @@
-"""One short human line per event: what it did (used by history views and the audit log)."""
+"""One short human line per event: what it did, with a preview of message content (for
+history views; the audit log has its own, content-free summary in ``facts.summarize``)."""
 
 from __future__ import annotations
 
