@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Final, Literal, NamedTuple
+from typing import Any, ClassVar, Final, Literal, NamedTuple, Self
 from uuid import UUID
 
-from eventsourcing.domain import BaseAggregate, CanSnapshotAggregate
+from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanSnapshotAggregate
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ConfigDict
 
@@ -117,7 +117,7 @@ class Session(BaseAggregate[UUID]):
         timestamp: datetime,
         context: ClientContext | None = None,
     ) -> Session:
-        session = cls._create(
+        return cls._create(
             Started,
             id=session_id(tenant, key),
             tenant=tenant,
@@ -126,8 +126,6 @@ class Session(BaseAggregate[UUID]):
             actor=actor,
             timestamp=timestamp,
         )
-        session._pending_counters.append(session.counters())
-        return session
 
     @classmethod
     def fork(
@@ -139,7 +137,7 @@ class Session(BaseAggregate[UUID]):
         timestamp: datetime,
     ) -> Session:
         """A new session in the origin's tenant carrying the origin's current state."""
-        session = cls._create(
+        return cls._create(
             Forked,
             id=session_id(origin.tenant, key),
             tenant=origin.tenant,
@@ -156,6 +154,18 @@ class Session(BaseAggregate[UUID]):
             actor=actor,
             timestamp=timestamp,
         )
+
+    @classmethod
+    def _create(
+        cls,
+        event_class: type[CanInitAggregate[UUID]],
+        *,
+        id: UUID | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        """The library's creation, plus the counters after the creation event (as
+        ``trigger_event`` keeps them for every later event)."""
+        session = super()._create(event_class, id=id, **kwargs)
         session._pending_counters.append(session.counters())
         return session
 
