@@ -102,7 +102,7 @@ def verify(
                 hash=rows[-1].hash.hex(),
             )
         )  # fmt: skip
-        checked, replay_issue = _check_replay(ledger, rows, tenant or "", skey or "")
+        checked, replay_issue = _check_replay(ledger, rows)
         snapshots += checked
         if replay_issue is not None:
             issues.append(_issue(replay_issue, tenant, skey))
@@ -146,9 +146,7 @@ def _issue(link: BrokenLink, tenant: str | None, key: str | None) -> VerifyIssue
     return VerifyIssue(tenant=tenant, key=key, **link.model_dump())
 
 
-def _check_replay(
-    ledger: SessionLedger, rows: list[ChainRow], tenant: str, key: str
-) -> tuple[int, BrokenLink | None]:
+def _check_replay(ledger: SessionLedger, rows: list[ChainRow]) -> tuple[int, BrokenLink | None]:
     """Replay a session's (chain-verified) events: each row's stored facts must be the
     event's, and every stored snapshot the state replayed up to it. Returns
     (snapshots checked, the first problem)."""
@@ -159,7 +157,7 @@ def _check_replay(
     session: Session | None = None
     for row in rows:
         try:
-            event, session = _replay(ledger, row, session)
+            session, expected = _replay(ledger, row, session)
         except _Unreplayable as error:  # a chain-consistent row this version cannot apply
             return len(stored), BrokenLink(
                 session_id=sid,
@@ -169,7 +167,6 @@ def _check_replay(
                 expected="an event this chatledger version can apply",
                 found=str(error)[:300],
             )
-        expected = stored_facts(event, tenant, key, session.counters())
         if row.facts != expected:
             changed = [
                 name
@@ -207,8 +204,9 @@ class _Unreplayable(Exception):
 
 def _replay(
     ledger: SessionLedger, row: ChainRow, session: Session | None
-) -> tuple[SessionEvent, Session]:
-    """Decode one stored row and apply it to ``session`` (None before a session's first)."""
+) -> tuple[Session, StoredFacts]:
+    """Decode one stored row and apply it to ``session`` (None before a session's first);
+    returns the session after it and the row's facts as the append would have stored them."""
     try:
         event = ledger._app.mapper.to_domain_event(_stored(row))
         if not isinstance(event, SessionEvent):
@@ -218,7 +216,7 @@ def _replay(
             raise TypeError("the first event does not start a session")
     except Exception as error:
         raise _Unreplayable(f"{type(error).__name__}: {error}") from error
-    return event, replayed
+    return replayed, stored_facts(event, replayed.tenant, replayed.key, replayed.counters())
 
 
 def _stored(row: ChainRow) -> TimedStoredEvent:
@@ -328,21 +326,17 @@ def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
                 "session's events follow each other in the log. Nothing was imported."
             )
     facts: dict[int, StoredFacts] = {}
-    identity = ("", "")
     session: Session | None = None
     for row in rows:  # every event must rebuild, or the ledger could not load it later
         if row.version == 1:  # rows are in (session, version) order: a new session
             session = None
         try:
-            event, session = _replay(ledger, row, session)
+            session, facts[row.position] = _replay(ledger, row, session)
         except _Unreplayable as error:
             raise InvalidInput(
                 f"Event {row.version} of session {row.originator_id} cannot be replayed "
                 f"({error}); nothing was imported."
             ) from None
-        if row.version == 1:
-            identity = (session.tenant, session.key)
-        facts[row.position] = stored_facts(event, *identity, session.counters())
     rows.sort(key=lambda r: r.position)
     try:
         recorder.insert_exported(rows, [facts[r.position] for r in rows])
