@@ -242,8 +242,8 @@ class WorkingSetModel(SqlReadModel):
         touched = _TOUCHED_BY_SPAN
         # A staging table holds only the span (no earlier creations); before the
         # head, a session's newest entries may lie far past the span's end.
-        if span.shared and span.at_head:
-            few = (span.last - span.after) // _SESSIONS_PER_SPAN
+        few = (span.last - span.after) // _SESSIONS_PER_SPAN
+        if span.shared and span.at_head and few:  # (a follower's small batch: no count)
             count = connection.execute(
                 text(_FEW_SESSIONS.format(source=source)), {"last": span.last, "few": few}
             ).scalar_one()
