@@ -37,6 +37,20 @@ def normalise_url(url: str) -> str:
     return url
 
 
+def sqlite_file(url: str) -> str | None:
+    """The file a SQLite URL names; ``None`` for other databases and in-memory SQLite."""
+    try:
+        parsed = make_url(normalise_url(url))
+    except ArgumentError:
+        return None  # create_store_engine says what is wrong with it
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None  # in memory, or a URI filename whose mode= the caller chose
+    return database
+
+
 def create_store_engine(
     url: str,
     *,

@@ -59,7 +59,7 @@ from sqlalchemy import (
 
 from chatledger.adapters.chain import GENESIS, ChainRow, chain_hash
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
-from chatledger.domain.errors import StoreUnavailable
+from chatledger.domain.errors import LedgerNotFound, StoreUnavailable
 from chatledger.domain.session import Session, replay
 from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
 from chatledger.projections.facts import FACT_COLUMNS, StoredFacts, stored_facts
@@ -225,6 +225,18 @@ def create_tables(engine: Engine) -> None:
                     "opened by this version. Export it with the build that wrote it "
                     "(`chatledger export`) and import the file into a new database."
                 )
+
+
+def require_tables(engine: Engine) -> None:
+    """Raise ``LedgerNotFound`` unless the database holds chatledger's event store."""
+    with engine.connect() as connection:
+        found = inspect(connection).has_table(events_table.name)
+    if not found:
+        raise LedgerNotFound(
+            f"{engine.url.render_as_string(hide_password=True)} holds no chatledger ledger "
+            f"(no table {events_table.name}). Check the URL, or open it once with table "
+            "creation on (create_tables=True, the default) to start a new ledger."
+        )
 
 
 class _SqlRecorder:

@@ -33,6 +33,7 @@ from chatledger.errors import (
     ConcurrencyConflict,
     InvalidInput,
     InvalidSettings,
+    LedgerNotFound,
     StoreUnavailable,
     UnknownSession,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "InvalidInput",
     "InvalidSettings",
     "LedgerEvent",
+    "LedgerNotFound",
     "LedgerSettings",
     "LiveSession",
     "MergeRecord",

@@ -10,6 +10,7 @@ from chatledger.domain.errors import (
     ConcurrencyConflict,
     InvalidInput,
     InvalidSettings,
+    LedgerNotFound,
     StoreUnavailable,
     UnknownSession,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "ConcurrencyConflict",
     "InvalidInput",
     "InvalidSettings",
+    "LedgerNotFound",
     "StoreUnavailable",
     "UnknownSession",
 ]

@@ -20,6 +20,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
@@ -39,14 +40,15 @@ if TYPE_CHECKING:
         WorkingSetEntry,
         WorkingSetOrder,
     )
-from chatledger.adapters.database import SQLAlchemyError, create_store_engine
-from chatledger.adapters.eventstore import EventStoreApplication, create_tables
+from chatledger.adapters.database import SQLAlchemyError, create_store_engine, sqlite_file
+from chatledger.adapters.eventstore import EventStoreApplication, create_tables, require_tables
 from chatledger.adapters.summarizer import ExtractiveSummarizer
 from chatledger.domain.errors import (
     AccessDenied,
     ConcurrencyConflict,
     InvalidInput,
     InvalidSettings,
+    LedgerNotFound,
     StoreUnavailable,
     UnknownSession,
 )
@@ -148,6 +150,12 @@ class SessionLedger:
         self.summarizer: Summarizer = summarizer or ExtractiveSummarizer()
         self.archive_store = archive_store
         self._clock: Clock = clock or utc_now
+        path = sqlite_file(self.settings.url)
+        if not self.settings.create_tables and path is not None and not Path(path).is_file():
+            raise LedgerNotFound(
+                f"No chatledger database at {path} (the file does not exist). Check the URL; "
+                "a new ledger is created only with table creation on (create_tables=True)."
+            )
         engine = create_store_engine(
             self.settings.url,
             synchronous=self.settings.sqlite_synchronous,
@@ -156,12 +164,17 @@ class SessionLedger:
         try:
             if self.settings.create_tables:
                 create_tables(engine)
+            else:
+                require_tables(engine)
             chain_key = self.settings.chain_key
             self._app = EventStoreApplication(
                 engine,
                 snapshot_interval=self.settings.snapshot_interval,
                 chain_key=chain_key.get_secret_value().encode() if chain_key else None,
             )
+        except LedgerNotFound:
+            engine.dispose()
+            raise
         except SQLAlchemyError as error:
             engine.dispose()
             raise StoreUnavailable(

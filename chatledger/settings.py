@@ -81,7 +81,11 @@ class LedgerSettings(BaseSettings):
         default=0.05, gt=0, description="Longest idle back-off (s) of the read-model follower."
     )
     create_tables: bool = Field(
-        default=True, description="Create missing tables on start (off for DDL-less workers)."
+        default=True,
+        description=(
+            "Create the database and its missing tables on start. Off (for workers without "
+            "DDL rights, and read-only tools) a missing database or table raises LedgerNotFound."
+        ),
     )
 
 

@@ -9,6 +9,7 @@ from chatledger.domain.errors import (
     ConcurrencyConflict,
     InvalidInput,
     InvalidSettings,
+    LedgerNotFound,
     StoreUnavailable,
     UnknownSession,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "Forked",
     "InvalidInput",
     "InvalidSettings",
+    "LedgerNotFound",
     "Message",
     "MessageAdded",
     "Principal",

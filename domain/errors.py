@@ -25,6 +25,11 @@ class UnknownSession(ChatLedgerError, LookupError):
     """No session exists under that tenant and key (or not at that version/time)."""
 
 
+class LedgerNotFound(ChatLedgerError, LookupError):
+    """No chatledger database at that URL (opened with ``create_tables=False``, which never
+    creates one): a missing SQLite file, or a database without chatledger's tables."""
+
+
 class AccessDenied(ChatLedgerError, PermissionError):
     """The principal may not touch that session (another tenant, not an admin)."""
 

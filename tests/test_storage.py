@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from chatledger import SessionLedger, StoreUnavailable
+from chatledger import LedgerNotFound, SessionLedger, StoreUnavailable
 from support import ALICE
 
 
@@ -38,3 +38,27 @@ def test_an_events_table_without_stored_facts_is_refused_with_a_clear_error(
         )
     with pytest.raises(StoreUnavailable, match="development build"):
         SessionLedger(f"sqlite:///{path}")
+
+
+def test_without_table_creation_a_missing_sqlite_file_is_not_created(tmp_path: Path) -> None:
+    """create_tables=False never creates a database: a missing file is LedgerNotFound."""
+    path = tmp_path / "typo.db"
+    with pytest.raises(LedgerNotFound, match="does not exist"):
+        SessionLedger(f"sqlite:///{path}", create_tables=False)
+    assert not path.exists()
+
+
+def test_without_table_creation_a_database_without_tables_is_not_a_ledger(
+    database_url: str,
+) -> None:
+    """create_tables=False on a database without chatledger's tables raises LedgerNotFound."""
+    if database_url.startswith("sqlite"):
+        import sqlite3
+
+        sqlite3.connect(database_url.removeprefix("sqlite:///")).close()  # an empty file
+    with pytest.raises(LedgerNotFound, match="holds no chatledger ledger"):
+        SessionLedger(database_url, create_tables=False)
+    with SessionLedger(database_url) as ledger:  # created once ...
+        ledger.add_message(ALICE, "s1", "user", "hi")
+    with SessionLedger(database_url, create_tables=False) as ledger:  # ... then opens
+        assert ledger.session(ALICE, "s1").message_count == 1
