@@ -537,17 +537,25 @@ class SessionLedger:
         key: str,
         *,
         after_version: int = 0,
+        limit: int | None = None,
         account_id: str | None = None,
     ) -> list[LedgerEvent]:
-        """The session's recorded events after ``after_version``, oldest first."""
+        """The session's recorded events after ``after_version``, oldest first (at most
+        ``limit`` of them: page through a long session by passing the last version seen)."""
         if (
             isinstance(after_version, bool)
             or not isinstance(after_version, int)
             or after_version < 0
         ):
             raise InvalidInput("after_version must be a non-negative integer.")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise InvalidInput("limit must be a positive integer or None (no limit).")
         _, key, sid = self._target(principal, key, account_id)
-        events: list[SessionEvent] = list(self._app.events.get(sid, gt=after_version or None))  # type: ignore[arg-type]
+        events: list[SessionEvent] = list(
+            self._app.events.get(sid, gt=after_version or None, limit=limit)  # type: ignore[arg-type]
+        )
         if not events and (after_version == 0 or not self._exists(sid)):
             raise UnknownSession(self._unknown(key))
         return [

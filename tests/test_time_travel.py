@@ -179,3 +179,18 @@ def test_fork_refuses_an_existing_key(ledger: SessionLedger) -> None:
     with pytest.raises(InvalidInput):
         ledger.fork(ALICE, "s1", 2, "s1")
     assert len(ledger.history(ALICE, "taken")) == 2
+
+
+def test_history_pages_through_a_session_after_a_version(ledger: SessionLedger) -> None:
+    """history(after_version=, limit=) returns the next page of events, oldest first."""
+    for i in range(7):
+        ledger.add_message(ALICE, "paged", "user", f"m{i}")
+    first = ledger.history(ALICE, "paged", limit=3)
+    assert [e.version for e in first] == [1, 2, 3]
+    second = ledger.history(ALICE, "paged", after_version=first[-1].version, limit=3)
+    assert [e.version for e in second] == [4, 5, 6]
+    last = ledger.history(ALICE, "paged", after_version=6, limit=3)
+    assert [e.version for e in last] == [7, 8]
+    assert ledger.history(ALICE, "paged", after_version=8, limit=3) == []
+    with pytest.raises(InvalidInput, match="limit"):
+        ledger.history(ALICE, "paged", limit=0)
