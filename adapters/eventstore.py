@@ -4,12 +4,17 @@
 of a raw insert rate, which would make the append path the bottleneck. These
 recorders implement the library's ``ApplicationRecorder`` /
 ``AggregateRecorder`` interfaces on SQLAlchemy Core (tables, reads, DDL) and
-issue the append itself on a DB-API connection: on SQLite one long-lived
-writer per process and one autocommitted INSERT per event (several events
-share a ``BEGIN IMMEDIATE`` transaction), on PostgreSQL one transaction under
-``LOCK TABLE ... IN EXCLUSIVE MODE``. Positions are assigned inside the write
-(max + 1), so they follow commit order and a reader following the log can
-never skip an event committed late. Version conflicts
+issue the append itself on a DB-API connection.
+
+The log order -- the one order in which projections apply events -- is
+commit order, built differently per database. SQLite has one writer at a
+time: one long-lived writer per process, one autocommitted INSERT per event
+(several share a ``BEGIN IMMEDIATE`` transaction), positions max + 1, so the
+position (``id``) itself is the log order. PostgreSQL appends concurrently
+(``chatledger.adapters.append_postgres``): positions come from a sequence,
+every row records the transaction that wrote it (``tx_id``), and the log
+order is ``(tx_id, id)``, final below the oldest transaction still running
+(see ``LogCursor`` and ``chatledger.adapters.projector``). Version conflicts
 surface as the library's ``IntegrityError``; other driver errors as its
 ``OperationalError`` / ``DatabaseError`` (translated to ``chatledger.errors``
 by the application service).
@@ -21,7 +26,7 @@ import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -56,7 +61,13 @@ from sqlalchemy import (
     text,
     type_coerce,
 )
+from sqlalchemy import Sequence as DbSequence
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import FunctionElement
 
+from chatledger.adapters import upgrades
+from chatledger.adapters.append_postgres import PostgresAppender
 from chatledger.adapters.chain import GENESIS, ChainRow, chain_hash
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
 from chatledger.domain.errors import LedgerNotFound, StoreUnavailable
@@ -66,19 +77,43 @@ from chatledger.projections.facts import FACT_COLUMNS, StoredFacts, stored_facts
 
 metadata = MetaData()
 _R = TypeVar("_R", bound="_SqlRecorder")
-APPEND_CHANNEL = "chatledger_events"
-"""PostgreSQL channel notified by every append; projectors LISTEN to it to wake at once."""
 _KEPT_HEADS = 10_000  # chain heads remembered by the SQLite append fast path
 _T = TypeVar("_T")
 
 _id_type = BigInteger().with_variant(Integer(), "sqlite")
 CARRIES_ARCHIVES = "event_type IN ({})".format(", ".join(f"'{t}'" for t in ARCHIVE_EVENT_TYPES))
 
+
+class _WritingTransaction(FunctionElement[int]):
+    """The default of ``tx_id``: the id of the transaction inserting the row.
+
+    PostgreSQL: ``pg_current_xact_id()`` (64 bits, never wraps), so every
+    insert -- the append, an import, a row written by hand -- records it.
+    SQLite: 0, since there the position alone is the log order.
+    """
+
+    type = BigInteger()
+    inherit_cache = True
+
+
+@compiles(_WritingTransaction)
+def _no_transaction(element: _WritingTransaction, compiler: SQLCompiler, **kw: Any) -> str:
+    return "0"
+
+
+@compiles(_WritingTransaction, "postgresql")
+def _current_transaction(element: _WritingTransaction, compiler: SQLCompiler, **kw: Any) -> str:
+    return "(pg_current_xact_id()::text::bigint)"
+
+
+position_sequence = DbSequence("chatledger_events_position", metadata=metadata)
+"""Where PostgreSQL appends draw positions (SQLite: max + 1 under its write lock)."""
+
 events_table = Table(
     "chatledger_events",
     metadata,
-    # Positions are assigned by the append itself (max + 1 under the write
-    # lock), so the hash chain can cover them and commit order == id order.
+    # The position. The hash chain covers it, so the append assigns it: max + 1
+    # under SQLite's write lock, from ``position_sequence`` on PostgreSQL.
     Column("id", _id_type, primary_key=True, autoincrement=False),
     Column("originator_id", Uuid(as_uuid=True), nullable=False),
     Column("originator_version", BigInteger, nullable=False),
@@ -109,6 +144,12 @@ events_table = Table(
     Column("prompt_tokens", BigInteger, nullable=False),
     Column("completion_tokens", BigInteger, nullable=False),
     Column("summary", Text, nullable=False),
+    # The transaction that wrote the row (PostgreSQL; 0 on SQLite and for rows
+    # written before this column existed): with the position it makes the log
+    # order (see LogCursor). Filled in by the database, never by the append;
+    # not hashed and not a fact -- it says when a row joined the log, not what
+    # happened. Last, where an in-place upgrade (ADD COLUMN) puts it too.
+    Column("tx_id", BigInteger, nullable=False, server_default=_WritingTransaction()),
     Index("chatledger_events_stream", "originator_id", "originator_version", unique=True),
     # The session directory: one entry per session (its creation event), by
     # account and key. Partial, so appends other than creations pay nothing.
@@ -119,22 +160,73 @@ events_table = Table(
         sqlite_where=text("originator_version = 1"),
         postgresql_where=text("originator_version = 1"),
     ),
-    # Creations by position, and the events that carry archive bodies (about
-    # one in a hundred), for the working set and the archive history; partial too.
+    # Creations and the events that carry archives (about one in a hundred),
+    # in log order, for the working set and the archive history; partial too.
+    # SQLite's log order is the position; PostgreSQL's is (tx_id, id), which
+    # also needs an index of its own to follow the log.
     Index(
         "chatledger_events_created",
         "id",
         sqlite_where=text("originator_version = 1"),
-        postgresql_where=text("originator_version = 1"),
-    ),
+    ).ddl_if(dialect="sqlite"),
     Index(
         "chatledger_events_archives",
         "id",
         sqlite_where=text(CARRIES_ARCHIVES),
+    ).ddl_if(dialect="sqlite"),
+)
+POSTGRES_LOG_INDEXES = (
+    Index("chatledger_events_log", events_table.c.tx_id, events_table.c.id),
+    Index(
+        "chatledger_events_created_log",
+        events_table.c.tx_id,
+        events_table.c.id,
+        postgresql_where=text("originator_version = 1"),
+    ),
+    Index(
+        "chatledger_events_archives_log",
+        events_table.c.tx_id,
+        events_table.c.id,
         postgresql_where=text(CARRIES_ARCHIVES),
     ),
 )
-assert tuple(c.name for c in events_table.columns)[7:] == FACT_COLUMNS
+"""The PostgreSQL log-order indexes (also created by the in-place upgrade)."""
+for _index in POSTGRES_LOG_INDEXES:
+    _index.ddl_if(dialect="postgresql")
+assert tuple(c.name for c in events_table.columns)[7:-1] == FACT_COLUMNS
+
+
+def orders_by_transaction(dialect: str) -> bool:
+    """Whether the log order on ``dialect`` is (tx_id, id) -- PostgreSQL -- or the id alone."""
+    return dialect == "postgresql"
+
+
+class LogCursor(NamedTuple):
+    """A place in the log: just after the event at ``position``, written by transaction ``tx``.
+
+    The log order is ``(tx, position)``. On SQLite ``tx`` is always 0 and
+    positions are assigned in commit order, so the log order is the position
+    order and "everything after my cursor" can never miss a late commit.
+
+    On PostgreSQL appends run concurrently and commit in any order, so a
+    position says nothing about when its row became visible. What is known:
+    every row records its transaction id, transaction ids are handed out in
+    time order, and once every transaction below some id X has ended no row
+    with ``tx < X`` can ever appear again. The projector therefore reads
+    only rows with ``tx`` below ``pg_snapshot_xmin`` (the oldest transaction
+    still running) in ``(tx, position)`` order: that prefix of the log is
+    final, so applying it in order never skips, and never reorders, an
+    event. Within one session the order is the version order: version
+    ``v + 1`` is written after version ``v`` was seen committed, so it
+    draws both a later transaction id and a later position.
+    """
+
+    tx: int
+    position: int
+
+
+LOG_START = LogCursor(0, 0)
+
 
 snapshots_table = Table(
     "chatledger_snapshots",
@@ -164,7 +256,9 @@ def query_audit(
     session's account and key), written in the same statement as the event,
     so the audit log is the store itself: never behind, nothing to rebuild.
     An account's events are found through its sessions (the session
-    directory index, then each session's stream).
+    directory index, then each session's stream). On PostgreSQL the newest
+    entries may still be joined, in between, by an older transaction that
+    commits late (see ``LogCursor``).
     """
     t = events_table
     query = select(
@@ -199,17 +293,20 @@ def query_audit(
         query = query.where(t.c.timestamp_us < until_us)
     if types is not None:
         query = query.where(t.c.event_type.in_(list(types)))
-    rows = connection.execute(query.order_by(t.c.id).limit(limit).offset(offset))
+    order = (t.c.tx_id, t.c.id) if orders_by_transaction(connection.dialect.name) else (t.c.id,)
+    rows = connection.execute(query.order_by(*order).limit(limit).offset(offset))
     return [dict(row) for row in rows.mappings()]
 
 
 def create_tables(engine: Engine) -> None:
-    """Create the store's tables if missing; safe to run from several processes.
+    """Create the store's tables if missing, or upgrade them in place; safe from several processes.
 
     The check-then-create runs under the write lock from the start (SQLite:
     BEGIN IMMEDIATE; PostgreSQL: an advisory lock, since concurrent CREATE
     TABLE IF NOT EXISTS races on the catalogue with "tuple concurrently
     updated"), so processes opening a fresh database together queue up.
+    Tables written by an earlier version get what this one added
+    (``chatledger.adapters.upgrades``).
     """
     with engine.connect() as plain:
         connection = plain.execution_options(sqlite_begin="IMMEDIATE")
@@ -225,17 +322,33 @@ def create_tables(engine: Engine) -> None:
                     "opened by this version. Export it with the build that wrote it "
                     "(`chatledger export`) and import the file into a new database."
                 )
+            upgrades.add_commit_order_to_events(
+                connection, events_table, position_sequence, POSTGRES_LOG_INDEXES
+            )
 
 
 def require_tables(engine: Engine) -> None:
-    """Raise ``LedgerNotFound`` unless the database holds chatledger's event store."""
+    """Raise ``LedgerNotFound`` unless the database holds chatledger's event store.
+
+    A store of an earlier version that needs an upgrade raises
+    ``StoreUnavailable``: without table creation nothing may change it.
+    """
     with engine.connect() as connection:
-        found = inspect(connection).has_table(events_table.name)
+        inspector = inspect(connection)
+        found = inspector.has_table(events_table.name)
+        columns = {c["name"] for c in inspector.get_columns(events_table.name)} if found else set()
     if not found:
         raise LedgerNotFound(
             f"{engine.url.render_as_string(hide_password=True)} holds no chatledger ledger "
             f"(no table {events_table.name}). Check the URL, or open it once with table "
             "creation on (create_tables=True, the default) to start a new ledger."
+        )
+    if "tx_id" not in columns:
+        raise StoreUnavailable(
+            f"The ledger at {engine.url.render_as_string(hide_password=True)} was written by an "
+            "earlier chatledger version and needs a small in-place upgrade (a tx_id column). "
+            "Open it once with table creation on (create_tables=True, the default) and stop "
+            "writers of the earlier version first."
         )
 
 
@@ -265,16 +378,16 @@ class _SqlRecorder:
             return OperationalError(str(error))
         return DatabaseError(str(error))
 
-    def _in_write_transaction(self, work: Callable[[Any], _T], *, lock_sql: str | None) -> _T:
+    def _in_write_transaction(self, work: Callable[[Any], _T]) -> _T:
         """Run ``work(cursor)`` in one write transaction and commit it.
 
         SQLite: one long-lived writer connection per process (writes are
         serialised anyway) and ``BEGIN IMMEDIATE``, so the write lock is held
-        from the start. PostgreSQL: a pooled connection, and ``lock_sql``
-        first if given. Driver errors come out as the library's exceptions.
+        from the start. PostgreSQL: a pooled connection. Driver errors come out
+        as the library's exceptions.
         """
         if self._write_lock is None:
-            return self._in_postgres_transaction(work, lock_sql)
+            return self._in_postgres_transaction(work)
         with self._write_lock:
             if self._writer is None:
                 self._writer = self.engine.raw_connection()
@@ -298,13 +411,11 @@ class _SqlRecorder:
                 cursor.close()
             return result
 
-    def _in_postgres_transaction(self, work: Callable[[Any], _T], lock_sql: str | None) -> _T:
+    def _in_postgres_transaction(self, work: Callable[[Any], _T]) -> _T:
         connection = self.engine.raw_connection()
         try:
             cursor = connection.cursor()
             try:
-                if lock_sql:
-                    cursor.execute(lock_sql)
                 result = work(cursor)
                 connection.commit()
             except BaseException:
@@ -440,18 +551,23 @@ class SqlSnapshotRecorder(_SqlRecorder, AggregateRecorder):
 
         # Another process may have stored the same snapshot: equal by construction.
         with contextlib.suppress(IntegrityError):
-            self._in_write_transaction(insert, lock_sql=None)
+            self._in_write_transaction(insert)
 
 
 class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
-    """The application sequence: per-session streams plus one global order."""
+    """The application sequence: per-session streams plus one global order.
+
+    Appends go through the SQLite fast path below or, on PostgreSQL, through
+    ``chatledger.adapters.append_postgres``; everything else is shared.
+    """
 
     def __init__(self, engine: Engine, table: Table, *, chain_key: bytes | None = None) -> None:
         super().__init__(engine, table)
         self.chain_key = chain_key
         mark = self._mark
         name = table.name
-        columns = [c.name for c in table.columns]
+        # tx_id is left to its column default (0 on SQLite).
+        columns = [c.name for c in table.columns if c.name != "tx_id"]
         self._sql_insert = (
             f"INSERT INTO {name} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})"
         )
@@ -459,25 +575,28 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         self._sql_hash_of = (
             f"SELECT hash FROM {name} WHERE originator_id = {mark} AND originator_version = {mark}"
         )
-        self._lock_sql = f"LOCK TABLE {name} IN EXCLUSIVE MODE"
         # SQLite fast path: the last position this process wrote and the chain
         # heads of sessions it appended to (see _append_sqlite).
         self._position: int | None = None
         self._heads: OrderedDict[int, tuple[int, bytes]] = OrderedDict()  # by UUID.int
+        self._postgres = (
+            PostgresAppender(engine, table, position_sequence, chain_key=chain_key)
+            if self.dialect == "postgresql"
+            else None
+        )
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """Append events, each hashed onto its session's chain; return their positions."""
         if not stored_events:
             return []
-        if self._write_lock is not None:
-            return self._append_sqlite(stored_events)
+        if self._postgres is not None:
+            return self._postgres.append(stored_events)
+        return self._append_sqlite(stored_events)
 
-        def append(cursor: Any) -> list[int]:
-            positions, _ = self._append(cursor, stored_events, None, {})
-            cursor.execute(f"NOTIFY {APPEND_CHANNEL}")  # delivered on commit (projectors)
-            return positions
-
-        return self._in_write_transaction(append, lock_sql=self._lock_sql)
+    def close(self) -> None:
+        super().close()
+        if self._postgres is not None:
+            self._postgres.close()
 
     def _append_sqlite(self, rows: Sequence[StoredEvent]) -> list[int]:
         """The SQLite append: one statement per event, and no reads when nothing changed.
@@ -541,10 +660,10 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         position: int | None,
         known: Mapping[int, tuple[int, bytes]],
     ) -> tuple[list[int], dict[int, tuple[int, bytes]]]:
-        """Insert ``rows`` chained and numbered; returns their positions and the new heads.
+        """Insert ``rows`` chained and numbered (SQLite); returns their positions and new heads.
 
         ``position`` and ``known`` heads are what the caller believes; unknown
-        ones are read. Under PostgreSQL's table lock nothing is believed.
+        ones are read.
         """
         if position is None:
             cursor.execute(self._sql_max_id)
@@ -607,6 +726,9 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
 
     def insert_exported(self, rows: Sequence[ChainRow], facts: Sequence[StoredFacts]) -> None:
         """Insert rows with their original positions and hashes (and facts) into an empty store."""
+        if self._postgres is not None:
+            self._postgres.insert_exported(rows, facts)
+            return
 
         def insert(cursor: Any) -> None:
             cursor.execute(self._sql_max_id)
@@ -627,7 +749,7 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
                     ),
                 )
 
-        self._in_write_transaction(insert, lock_sql=self._lock_sql)
+        self._in_write_transaction(insert)
         self._forget_positions()
 
     def chain_rows(self, originator_id: UUID | None = None) -> Iterator[ChainRow]:
@@ -679,6 +801,12 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         *,
         inclusive_of_start: bool = True,
     ) -> Sequence[Notification]:
+        """The library's notification log: rows by position.
+
+        On PostgreSQL positions are not the log order, and a position may be
+        filled after a higher one is visible: chatledger's own projector
+        follows ``chatledger.adapters.projector.EventLog`` instead.
+        """
         t = self.table
         query = select(t.c.id, t.c.originator_id, t.c.originator_version, t.c.topic, t.c.state)
         if start is not None:

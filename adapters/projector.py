@@ -1,10 +1,11 @@
 """The projector: follows the event log and keeps the read models exactly once.
 
-``EventLog`` reads the store's global order (``chatledger_events.id``): how
-far a batch reaches, the stored-facts rows of a span (copied into the read
-models' database when that is another one), and the few events that carry
-archives, decoded (plain JSON decoding; the full mapper only for records the
-fast path cannot read: encrypted, compressed or older class versions).
+``EventLog`` reads the store's log order (``LogCursor``: the position on
+SQLite, ``(tx_id, id)`` on PostgreSQL): how far a batch reaches, the
+stored-facts rows of a span (copied into the read models' database when that
+is another one), and the few events that carry archives, decoded (plain JSON
+decoding; the full mapper only for records the fast path cannot read:
+encrypted, compressed or older class versions).
 ``Projector`` applies each span to every read model that has not seen it,
 **in one transaction with a compare-and-set of each model's tracking
 position** (``UPDATE ... SET position = new WHERE name = ? AND position =
@@ -13,11 +14,15 @@ all, so a crash never applies an event twice or skips one, and two
 projectors racing on one model cannot both apply a span (the loser's update
 matches no row; it rolls back and re-reads).
 
-Ids are assigned in commit order by the append (``BEGIN IMMEDIATE`` on
-SQLite, ``LOCK TABLE ... IN EXCLUSIVE MODE`` on PostgreSQL), so once id N is
-visible no id below N can still appear: following "everything after my
-position" cannot miss an event committed late. Nothing here imports the
-package face; errors leave as ``chatledger.errors``.
+Following "everything after my cursor" must never miss an event committed
+late. On SQLite positions are assigned in commit order (``BEGIN
+IMMEDIATE``), so once position N is visible nothing below it can still
+appear. On PostgreSQL writers append concurrently and commit in any order;
+the log reads only rows whose transaction is older than every transaction
+still running (``pg_snapshot_xmin``), the prefix of the log that nothing can
+join any more, so a transaction left open delays the read models but never
+makes them skip an event (``LogCursor`` has the argument). Nothing here
+imports the package face; errors leave as ``chatledger.errors``.
 """
 
 from __future__ import annotations
@@ -32,10 +37,30 @@ from uuid import UUID
 
 from eventsourcing.persistence import Mapper, Notification
 from eventsourcing.utils import get_topic
-from sqlalchemy import Connection, Engine, and_, delete, func, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    and_,
+    delete,
+    func,
+    literal,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
-from chatledger.adapters.eventstore import APPEND_CHANNEL, CARRIES_ARCHIVES, events_table
+from chatledger.adapters import upgrades
+from chatledger.adapters.append_postgres import append_channel
+from chatledger.adapters.eventstore import (
+    CARRIES_ARCHIVES,
+    LOG_START,
+    LogCursor,
+    events_table,
+    orders_by_transaction,
+)
 from chatledger.adapters.read_models import (
     STAGE_COLUMNS,
     Span,
@@ -65,6 +90,8 @@ RETIRED_TABLES: dict[str, tuple[str, ...]] = {
 }
 REBUILD_SPAN = 1_000_000  # events per rebuild transaction, read models next to the ledger
 REBUILD_SPAN_STAGED = 50_000  # ... in another database (facts copied through Python)
+_FINAL = "tx_id < pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+"""PostgreSQL: rows of transactions older than every running one, a prefix nothing can join."""
 
 
 @contextmanager
@@ -81,61 +108,131 @@ def store_errors(action: str) -> Iterator[None]:
 
 
 class EventLog:
-    """The ledger's notification log: spans, their fact rows, their archive events."""
+    """The ledger's notification log: spans, their fact rows, their archive events.
+
+    On PostgreSQL (``by_transaction``) every read of the log stops below the
+    oldest running transaction (``_FINAL``), so what it returns is final.
+    """
 
     def __init__(self, engine: Engine, mapper: Mapper[UUID]) -> None:
         self.engine = engine
         self.mapper = mapper
+        self.by_transaction = orders_by_transaction(engine.dialect.name)
         # Encrypted or compressed states need the mapper for every record.
         self._fast = mapper.cipher is None and mapper.compressor is None
 
     def head(self) -> int:
-        """The position of the newest event (0 for an empty log)."""
+        """The position of the newest event the read models can apply (0 for an empty log)."""
+        return self.head_cursor().position
+
+    def head_cursor(self) -> LogCursor:
+        """Where the log ends (PostgreSQL: its final part, see ``LogCursor``)."""
+        return self._last(final=True)
+
+    def visible_end(self) -> LogCursor:
+        """Where the log ends including events committed after a transaction still open."""
+        return self._last(final=False)
+
+    def _last(self, *, final: bool) -> LogCursor:
+        t = events_table
+        if self.by_transaction:
+            query = select(t.c.tx_id, t.c.id).order_by(t.c.tx_id.desc(), t.c.id.desc()).limit(1)
+            if final:
+                query = query.where(text(_FINAL))
+        else:
+            query = select(literal(0), t.c.id).order_by(t.c.id.desc()).limit(1)
+        with store_errors("read the event log"), self.engine.connect() as connection:
+            row = connection.execute(query).first()
+        return LOG_START if row is None else LogCursor(int(row[0]), int(row[1]))
+
+    def cursor_of(self, position: int) -> LogCursor | None:
+        """The place in the log of the event at ``position`` (None: no such event visible)."""
+        if position <= 0:
+            return LOG_START
+        if not self.by_transaction:
+            return LogCursor(0, position)
         t = events_table
         with store_errors("read the event log"), self.engine.connect() as connection:
-            value = connection.execute(select(t.c.id).order_by(t.c.id.desc()).limit(1)).scalar()
-        return 0 if value is None else int(value)
+            tx = connection.execute(select(t.c.tx_id).where(t.c.id == position)).scalar()
+        return None if tx is None else LogCursor(int(tx), position)
 
-    def span(self, after: int, limit: int) -> tuple[int, int]:
-        """(count, last position) of the next ``limit`` events after ``after``; (0, after): none."""
+    def span(self, after: LogCursor, limit: int) -> tuple[int, LogCursor]:
+        """(count, last) of the next ``limit`` events after ``after``; (0, after): none."""
+        if self.by_transaction:
+            return self._final_span(after, limit)
         t = events_table
-        later = select(t.c.id).where(t.c.id > after)
+        later = select(t.c.id).where(t.c.id > after.position)
         with store_errors("read the event log"), self.engine.connect() as connection:
             # A full span: the limit-th id after ``after`` (an index walk, no aggregate).
             last = connection.execute(later.order_by(t.c.id).offset(limit - 1).limit(1)).scalar()
             if last is not None:
-                return limit, int(last)
+                return limit, LogCursor(0, int(last))
             count, last = connection.execute(
-                select(func.count(), func.max(t.c.id)).where(t.c.id > after)
+                select(func.count(), func.max(t.c.id)).where(t.c.id > after.position)
             ).one()
-        return (0, after) if not count else (int(count), int(last))
+        return (0, after) if not count else (int(count), LogCursor(0, int(last)))
 
-    def fact_rows(self, after: int, last: int, *, to_dialect: str) -> list[tuple[Any, ...]]:
+    def _final_span(self, after: LogCursor, limit: int) -> tuple[int, LogCursor]:
+        # One statement, so the rows and the oldest running transaction come from
+        # one snapshot: every row it counts is committed, and nothing can join them.
+        sql = (
+            f"WITH s AS (SELECT tx_id, id FROM {events_table.name} "
+            f"WHERE (tx_id, id) > (%s, %s) AND {_FINAL} ORDER BY tx_id, id LIMIT %s) "
+            "SELECT (SELECT COUNT(*) FROM s), tx_id, id FROM s ORDER BY tx_id DESC, id DESC LIMIT 1"
+        )
+        with store_errors("read the event log"), self.engine.connect() as connection:
+            row = connection.exec_driver_sql(sql, (after.tx, after.position, limit)).first()
+        return (0, after) if row is None else (int(row[0]), LogCursor(int(row[1]), int(row[2])))
+
+    def _where(self, mark: str) -> str:
+        if self.by_transaction:
+            return (
+                f"(tx_id, id) > ({mark}, {mark}) AND (tx_id, id) <= ({mark}, {mark}) "
+                "ORDER BY tx_id, id"
+            )
+        return f"id > {mark} AND id <= {mark} ORDER BY id"
+
+    def _bounds(self, after: LogCursor, last: LogCursor) -> tuple[int, ...]:
+        if self.by_transaction:
+            return (after.tx, after.position, last.tx, last.position)
+        return (after.position, last.position)
+
+    def fact_rows(
+        self, after: LogCursor, last: LogCursor, *, to_dialect: str
+    ) -> list[tuple[Any, ...]]:
         """The span's stored-facts rows in ``STAGE_COLUMNS`` order, as ``to_dialect``'s
         driver takes them (read and written at the driver level: this copies every
         event of a rebuild when the read models live in another database)."""
         mark = "?" if self.engine.dialect.name == "sqlite" else "%s"
         sql = (
-            f"SELECT {', '.join(STAGE_COLUMNS)} FROM {events_table.name} "
-            f"WHERE id > {mark} AND id <= {mark} ORDER BY id"
+            f"SELECT {', '.join(STAGE_COLUMNS)} FROM {events_table.name} WHERE {self._where(mark)}"
         )
         with store_errors("read the event log"), self.engine.connect() as connection:
-            rows = connection.exec_driver_sql(sql, (after, last)).all()
+            rows = connection.exec_driver_sql(sql, self._bounds(after, last)).all()
         session = STAGE_COLUMNS.index("originator_id")
         native = _uuid_text if to_dialect == "sqlite" else _uuid_value
         return [(*r[:session], native(r[session]), *r[session + 1 :]) for r in rows]
 
-    def archive_events(self, after: int, last: int) -> list[ArchiveEvent]:
+    def archive_events(self, after: LogCursor, last: LogCursor) -> list[ArchiveEvent]:
         """The span's events that carry archives (commits, merges, forks), decoded, in order."""
         t = events_table
+        within: tuple[ColumnElement[bool], ...]
+        order: tuple[ColumnElement[Any], ...]
+        if self.by_transaction:
+            log = tuple_(t.c.tx_id, t.c.id)
+            within = (log > _cursor_sql(after), log <= _cursor_sql(last))
+            order = (t.c.tx_id, t.c.id)
+        else:
+            within = (t.c.id > after.position, t.c.id <= last.position)
+            order = (t.c.id,)
         query = (
             select(
                 t.c.id, t.c.originator_id, t.c.originator_version, t.c.topic, t.c.state,
                 t.c.tenant, t.c.session_key,
             )
             # Spelled as the partial index's condition, so the index serves it.
-            .where(t.c.id > after, t.c.id <= last, text(CARRIES_ARCHIVES))
-            .order_by(t.c.id)
+            .where(*within, text(CARRIES_ARCHIVES))
+            .order_by(*order)
         )  # fmt: skip
         with store_errors("read the event log"), self.engine.connect() as connection:
             rows = connection.execute(query).all()
@@ -197,6 +294,10 @@ def _check_sqlite_version(engine: Engine) -> None:
         )
 
 
+def _cursor_sql(cursor: LogCursor) -> ColumnElement[Any]:
+    return tuple_(literal(cursor.tx), literal(cursor.position))
+
+
 def _uuid_text(value: Any) -> str:
     """A session id as SQLite stores it (32 hex digits), from either driver's form."""
     return value.hex if isinstance(value, UUID) else str(value)
@@ -231,7 +332,7 @@ class Projector:
         self.models = {m.name: m for m in models}
         self.batch_size = batch_size
         self._progress = threading.Condition()
-        self._positions_seen: dict[str, int] = {}
+        self._positions_seen: dict[str, LogCursor] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self.last_error: ChatLedgerError | None = None
@@ -244,6 +345,7 @@ class Projector:
         reset: list[str] = []
         with store_errors("prepare the read models"), self.engine.begin() as connection:
             self._ddl_lock(connection)
+            upgrades.add_commit_order_to_tracking(connection, tracking_table, stage_table)
             tracking_table.create(connection, checkfirst=True)
             if not self.shared:
                 stage_table.create(connection, checkfirst=True)
@@ -259,7 +361,7 @@ class Projector:
                         table.create(connection, checkfirst=True)
         return reset
 
-    def _retire(self, connection: Connection, stored: dict[str, tuple[int, int]]) -> None:
+    def _retire(self, connection: Connection, stored: dict[str, tuple[int, LogCursor]]) -> None:
         """Drop what earlier versions kept and this one does not (their tracking row says so)."""
         t = tracking_table
         for name, (version, _) in stored.items():
@@ -280,11 +382,13 @@ class Projector:
         t = tracking_table
         if exists:  # take the tracking row first: a running batch finishes before the drop
             connection.execute(
-                update(t).where(t.c.name == model.name).values(version=model.version, position=0)
+                update(t)
+                .where(t.c.name == model.name)
+                .values(version=model.version, position=0, tx_id=0)
             )
         else:
             connection.execute(
-                t.insert().values(name=model.name, version=model.version, position=0)
+                t.insert().values(name=model.name, version=model.version, position=0, tx_id=0)
             )
         for table in reversed(model.tables):
             table.drop(connection, checkfirst=True)
@@ -312,33 +416,49 @@ class Projector:
         *,
         progress: Progress | None = None,
         batch_size: int | None = None,
+        settle: float = 0.0,
     ) -> int:
         """Reset the named models and replay the whole log into them; returns events read.
 
         Spans are large (the SQL of a span costs about the same whatever its
         size, and the working set's last span reaches the head, where it looks
         sessions up one by one); smaller when every event's facts must be
-        copied into another database through this process.
+        copied into another database through this process. ``settle`` as in
+        ``catch_up``.
         """
         self.reset(names)
         size = batch_size or (REBUILD_SPAN if self.shared else REBUILD_SPAN_STAGED)
-        return self.catch_up(progress=progress, batch_size=size)
+        return self.catch_up(progress=progress, batch_size=size, settle=settle)
 
     # ---------------------------------------------------------- tracking
-    def _read_tracking(self, connection: Connection) -> dict[str, tuple[int, int]]:
+    def _read_tracking(self, connection: Connection) -> dict[str, tuple[int, LogCursor]]:
         t = tracking_table
-        rows = connection.execute(select(t.c.name, t.c.version, t.c.position))
-        return {name: (int(version), int(position)) for name, version, position in rows}
+        rows = connection.execute(select(t.c.name, t.c.version, t.c.tx_id, t.c.position))
+        return {
+            name: (int(version), LogCursor(int(tx), int(position)))
+            for name, version, tx, position in rows
+        }
 
-    def positions(self) -> dict[str, int]:
-        """Each read model's tracking position (the last event applied to it)."""
+    def cursors(self) -> dict[str, LogCursor]:
+        """Each read model's place in the log: just after the last event applied to it."""
         with store_errors("read the projection positions"), self.engine.connect() as connection:
             stored = self._read_tracking(connection)
-        positions = {}
+        cursors = {}
         for name, model in self.models.items():
             entry = stored.get(name)
-            positions[name] = entry[1] if entry is not None and entry[0] == model.version else 0
-        return positions
+            ok = entry is not None and entry[0] == model.version
+            cursors[name] = entry[1] if entry is not None and ok else LOG_START
+        return cursors
+
+    def positions(self) -> dict[str, int]:
+        """Each read model's tracking position (the position of the last event applied to it)."""
+        return {name: cursor.position for name, cursor in self.cursors().items()}
+
+    def applied(self, position: int) -> bool:
+        """Whether every read model has applied the event at ``position`` (False: not yet, or
+        no such event is visible)."""
+        target = self.log.cursor_of(position)
+        return target is not None and min(self.cursors().values()) >= target
 
     # --------------------------------------------------------- processing
     def catch_up(
@@ -347,10 +467,22 @@ class Projector:
         progress: Progress | None = None,
         batch_size: int | None = None,
         max_batches: int | None = None,
+        settle: float = 0.0,
     ) -> int:
-        """Apply every pending event to every read model; returns how many events were read."""
+        """Apply every pending event to every read model; returns how many events were read.
+
+        On PostgreSQL an event committed while an older transaction is still
+        open joins the log only when that transaction ends (``LogCursor``).
+        With ``settle`` > 0, events already committed when this call began
+        are waited for, up to ``settle`` seconds, so that they are applied on
+        return unless such a transaction stays open longer; events committed
+        later are not waited for. Without it only what is final is applied.
+        """
         size = batch_size or self.batch_size
         head = self.log.head() if progress is not None else 0
+        target = self.log.visible_end() if settle > 0 and self.log.by_transaction else None
+        deadline = time.monotonic() + settle
+        pause = 0.001
         total = batches = 0
         while max_batches is None or batches < max_batches:
             try:
@@ -358,20 +490,29 @@ class Projector:
             except _Raced:
                 continue
             if count == 0:
-                break
+                if target is None or self._reached(target) or time.monotonic() >= deadline:
+                    break
+                time.sleep(pause)  # an older transaction is still open: it ends soon, mostly
+                pause = min(pause * 2, 0.05)
+                continue
+            pause = 0.001
             total += count
             batches += 1
             if progress is not None:
                 progress(total, head)
         return total
 
+    def _reached(self, target: LogCursor) -> bool:
+        with self._progress:
+            return self._reached_locked(target)
+
     def _step(self, size: int) -> int:
-        positions = self.positions()
-        low = min(positions.values())
+        cursors = self.cursors()
+        low = min(cursors.values())
         count, last = self.log.span(low, size)
         at_head = count < size  # nothing after ``last`` when the span was taken
         if not count:
-            self._publish(positions)
+            self._publish(cursors)
             return 0
         t = tracking_table
         with store_errors("update the read models"), self.engine.begin() as connection:
@@ -387,7 +528,7 @@ class Projector:
                     self.log.fact_rows(low, last, to_dialect=dialect),
                 )
             for name, model in self.models.items():
-                start = positions[name]
+                start = cursors[name]
                 if start >= last:
                     continue
                 moved = connection.execute(
@@ -395,24 +536,28 @@ class Projector:
                     .where(
                         and_(
                             t.c.name == name,
-                            t.c.position == start,
+                            t.c.position == start.position,
+                            t.c.tx_id == start.tx,
                             t.c.version == model.version,
                         )
                     )
-                    .values(position=last)
+                    .values(position=last.position, tx_id=last.tx)
                 )
                 if moved.rowcount != 1:
                     raise _Raced  # rolls back: nothing of this span is kept
-                model.apply(connection, Span(start, last, source, self.log, self.shared, at_head))
-                positions[name] = last
+                span = Span(
+                    start, last, source, self.log, self.shared, at_head, self.log.by_transaction
+                )
+                model.apply(connection, span)
+                cursors[name] = last
             if not self.shared:
                 connection.execute(delete(stage_table))
-        self._publish(positions)
+        self._publish(cursors)
         return count
 
-    def _publish(self, positions: dict[str, int]) -> None:
+    def _publish(self, cursors: dict[str, LogCursor]) -> None:
         with self._progress:
-            self._positions_seen = dict(positions)
+            self._positions_seen = dict(cursors)
             self._progress.notify_all()
 
     # ------------------------------------------------------------- follow
@@ -452,7 +597,7 @@ class Projector:
                 fairy = self.log.engine.raw_connection()
                 connection: Any = fairy.dbapi_connection
                 connection.autocommit = True
-                connection.execute(f"LISTEN {APPEND_CHANNEL}")
+                connection.execute(f"LISTEN {append_channel(connection)}")
                 self._wake.set()  # whatever was appended before LISTEN took effect
                 while not self._stopping.is_set():
                     for _ in connection.notifies(timeout=0.5, stop_after=1):
@@ -481,17 +626,24 @@ class Projector:
             delay = min_interval if woken else min(delay * 2, max_interval)
 
     def wait(self, position: int, timeout: float) -> bool:
-        """Block until every read model has applied ``position`` (True) or ``timeout`` passes."""
+        """Block until every read model has applied the event at ``position`` (True) or
+        ``timeout`` passes (False), following what the running follower publishes."""
         deadline = time.monotonic() + timeout
-        with self._progress:
-            while True:
-                seen = self._positions_seen
-                if seen and min(seen.values()) >= position:
+        target: LogCursor | None = None
+        while True:
+            if target is None:  # not visible yet when asked: look again
+                target = self.log.cursor_of(position)
+            with self._progress:
+                if target is not None and self._reached_locked(target):
                     return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._progress.wait(min(remaining, 0.05))
+
+    def _reached_locked(self, target: LogCursor) -> bool:
+        seen = self._positions_seen
+        return bool(seen) and min(seen.values()) >= target
 
 
 def create_read_model_tables(engine: Engine) -> None:

@@ -49,7 +49,7 @@ from sqlalchemy import (
     update,
 )
 
-from chatledger.adapters.eventstore import events_table
+from chatledger.adapters.eventstore import LogCursor, events_table
 from chatledger.domain.session import LIVE
 from chatledger.projections.archive_events import ArchiveEvent, ArchivesMerged, archive_changes
 from chatledger.projections.facts import FACT_COLUMNS
@@ -63,7 +63,10 @@ tracking_table = Table(
     read_model_metadata,
     Column("name", String(64), primary_key=True),
     Column("version", Integer, nullable=False),
+    # The last event applied: its position and its transaction (LogCursor; the
+    # transaction is 0 on SQLite, where positions alone are the log order).
     Column("position", BigInteger, nullable=False),
+    Column("tx_id", BigInteger, nullable=False, server_default="0"),
 )
 
 stage_table = Table(
@@ -73,7 +76,7 @@ stage_table = Table(
     *(
         Column(c.name, c.type, nullable=c.nullable)
         for c in events_table.columns
-        if c.name in ("originator_id", "originator_version", "timestamp_us", *FACT_COLUMNS)
+        if c.name in ("originator_id", "originator_version", "timestamp_us", *FACT_COLUMNS, "tx_id")
     ),
 )
 """A span's fact rows, copied here when the read models live in another database."""
@@ -143,23 +146,42 @@ usage_table = Table(
 class ArchiveEvents(Protocol):
     """Reads the events that carry archives (commits, merges, forks) in a span, decoded."""
 
-    def archive_events(self, after: int, last: int) -> list[ArchiveEvent]: ...
+    def archive_events(self, after: LogCursor, last: LogCursor) -> list[ArchiveEvent]: ...
 
 
 @dataclass(frozen=True)
 class Span:
-    """The events after ``after`` up to and including ``last``, as a model sees them."""
+    """The events after ``after`` up to and including ``last`` in log order, as a model sees them.
 
-    after: int
-    last: int
+    ``where()`` is the SQL condition selecting exactly the span's rows of
+    ``source``, with ``bounds`` as its parameters: by position where the log
+    order is the position (SQLite), by ``(tx_id, id)`` where it is not
+    (PostgreSQL; see ``chatledger.adapters.eventstore.LogCursor``).
+    """
+
+    after: LogCursor
+    last: LogCursor
     source: str  # the table holding the span's fact rows
     log: ArchiveEvents
     shared: bool = True  # ``source`` is the events table itself (the whole log)
     at_head: bool = False  # nothing was recorded after ``last`` when the span was taken
+    by_transaction: bool = False  # the log order is (tx_id, id), not the position
+
+    def where(self, alias: str = "") -> str:
+        a = f"{alias}." if alias else ""
+        if self.by_transaction:
+            return (
+                f"({a}tx_id, {a}id) > (:after_tx, :after) "
+                f"AND ({a}tx_id, {a}id) <= (:last_tx, :last)"
+            )
+        return f"{a}id > :after AND {a}id <= :last"
 
     @property
     def bounds(self) -> dict[str, int]:
-        return {"after": self.after, "last": self.last}
+        bounds = {"after": self.after.position, "last": self.last.position}
+        if self.by_transaction:
+            bounds.update(after_tx=self.after.tx, last_tx=self.last.tx)
+        return bounds
 
 
 class SqlReadModel(ABC):
@@ -181,7 +203,7 @@ INSERT INTO chatledger_working_set (session_id, account_id, user_id, agent_id, s
     archive_count, last_commit_us, status, version)
 SELECT originator_id, tenant, actor_user, actor_agent, session_key, timestamp_us,
     timestamp_us, 0, 0, 0, 0, 0, NULL, status, 0
-FROM {source} WHERE id > :after AND id <= :last AND originator_version = 1
+FROM {source} WHERE {span} AND originator_version = 1
 """
 
 # A session's row is the facts of its last event: its counters and status
@@ -206,9 +228,12 @@ WHERE chatledger_working_set.session_id = d.session_id
 # log holds few sessions compared with the span, as in a rebuild -- by looking
 # up the last event of every session created by then (the creation index, then
 # the newest entries of its stream: at the head, that is the first one read).
+# A session's events follow its versions in positions too, so its last event
+# in the span is the one with the highest position, whatever the log order.
+# The lookup by session relies on positions being the log order: SQLite only.
 _TOUCHED_BY_SPAN = """
 SELECT originator_id AS session_id, MAX(id) AS last_id
-FROM {source} WHERE id > :after AND id <= :last
+FROM {source} WHERE {span}
 GROUP BY originator_id
 """
 _TOUCHED_BY_SESSION = """
@@ -238,18 +263,23 @@ class WorkingSetModel(SqlReadModel):
 
     def apply(self, connection: Connection, span: Span) -> None:
         source = span.source
-        connection.execute(text(_WS_INSERT.format(source=source)), span.bounds)
+        where = span.where()
+        connection.execute(text(_WS_INSERT.format(source=source, span=where)), span.bounds)
         touched = _TOUCHED_BY_SPAN
         # A staging table holds only the span (no earlier creations); before the
         # head, a session's newest entries may lie far past the span's end.
-        few = (span.last - span.after) // _SESSIONS_PER_SPAN
-        if span.shared and span.at_head and few:  # (a follower's small batch: no count)
+        few = (span.last.position - span.after.position) // _SESSIONS_PER_SPAN
+        if span.shared and span.at_head and few and not span.by_transaction:
+            # (a follower's small batch: no count)
             count = connection.execute(
-                text(_FEW_SESSIONS.format(source=source)), {"last": span.last, "few": few}
+                text(_FEW_SESSIONS.format(source=source)),
+                {"last": span.last.position, "few": few},
             ).scalar_one()
             if count < few:
                 touched = _TOUCHED_BY_SESSION
-        statement = _WS_UPDATE.format(source=source, touched=touched.format(source=source))
+        statement = _WS_UPDATE.format(
+            source=source, touched=touched.format(source=source, span=where)
+        )
         connection.execute(text(statement), span.bounds)
 
 
@@ -262,7 +292,7 @@ SELECT originator_id, tool_name, tenant, session_key, COUNT(*),
     SUM(CASE WHEN tool_status = 'success' THEN 1 ELSE 0 END),
     SUM(CASE WHEN tool_status = 'success' THEN 0 ELSE 1 END),
     SUM(prompt_tokens), SUM(completion_tokens), SUM(prompt_tokens + completion_tokens)
-FROM {source} WHERE id > :after AND id <= :last AND tool_name IS NOT NULL
+FROM {source} WHERE {span} AND tool_name IS NOT NULL
 GROUP BY originator_id, tool_name, tenant, session_key
 ON CONFLICT (session_id, tool_name) DO UPDATE SET
     call_count = chatledger_usage.call_count + excluded.call_count,
@@ -282,7 +312,8 @@ class UsageModel(SqlReadModel):
     tables = (usage_table,)
 
     def apply(self, connection: Connection, span: Span) -> None:
-        connection.execute(text(_USAGE_UPSERT.format(source=span.source)), span.bounds)
+        statement = _USAGE_UPSERT.format(source=span.source, span=span.where())
+        connection.execute(text(statement), span.bounds)
 
 
 # ---------------------------------------------------------- archive history

@@ -172,7 +172,7 @@ class SessionLedger:
                 snapshot_interval=self.settings.snapshot_interval,
                 chain_key=chain_key.get_secret_value().encode() if chain_key else None,
             )
-        except LedgerNotFound:
+        except (LedgerNotFound, StoreUnavailable):
             engine.dispose()
             raise
         except SQLAlchemyError as error:

@@ -179,6 +179,9 @@ class ReadModels:
         self.poll_interval: float = float(poll or DEFAULT_POLL_INTERVAL)
         if self.poll_interval <= 0:
             raise InvalidInput("poll_interval must be > 0 seconds.")
+        # How long catch_up() waits for a transaction still open before events
+        # already committed (PostgreSQL; see catch_up): as long as for a lock.
+        self._settle = float(settings.busy_timeout)
         store = ledger._app.event_recorder.engine
         self._own_engine: Engine | None = None
         engine = store
@@ -229,14 +232,21 @@ class ReadModels:
     # ----------------------------------------------------------- processing
     @_public
     def catch_up(self, *, progress: Progress | None = None) -> int:
-        """Apply every event recorded so far to every read model; returns how many were read."""
-        return self._projector.catch_up(progress=progress)
+        """Apply every event recorded so far to every read model; returns how many were read.
+
+        On PostgreSQL an event committed while an older transaction (of any
+        writer, or anything else writing in the database server) is still
+        open can be applied only once that transaction ends, so that no
+        event is ever skipped; this waits for such transactions up to the
+        ledger's ``busy_timeout``, then returns with what could be applied.
+        """
+        return self._projector.catch_up(progress=progress, settle=self._settle)
 
     @_public
     def rebuild(self, name: str | None = None, *, progress: Progress | None = None) -> int:
         """Drop one read model (or all, ``name=None``) and replay the whole log into it."""
         names = list(READ_MODEL_NAMES) if name is None else [self.check_name(name)]
-        return self._projector.rebuild(names, progress=progress)
+        return self._projector.rebuild(names, progress=progress, settle=self._settle)
 
     def check_name(self, name: str) -> str:
         """``name`` if it names a read model, else ``InvalidInput`` saying which do."""
@@ -252,12 +262,23 @@ class ReadModels:
 
     @_public
     def positions(self) -> dict[str, int]:
-        """The last log position each read model has applied."""
+        """The position of the last event each read model has applied.
+
+        Read models apply events in log order. On SQLite that is position
+        order; on PostgreSQL it is commit order, so an event with a smaller
+        position may still follow: ask ``wait_for_projections`` whether a
+        given event was applied, rather than comparing positions.
+        """
         return self._projector.positions()
 
     @_public
     def head(self) -> int:
-        """The position of the newest event in the ledger."""
+        """The position of the newest event in log order that the read models can apply.
+
+        Once caught up, every read model's position equals it. (On PostgreSQL
+        events committed after a transaction that is still open are not
+        counted yet; see ``catch_up``.)
+        """
         return self._projector.log.head()
 
     def start(self) -> None:
@@ -299,9 +320,11 @@ class ReadModels:
     def wait_for_projections(self, position: int, timeout: float = 5.0) -> None:
         """Return once every read model has applied the event at ``position``.
 
-        ``position`` is ``AddedMessage.position`` (or any log position). With a
-        follower thread running this wakes it and waits; otherwise it catches
-        up in the calling thread. Raises ``ProjectionTimeout`` after ``timeout``.
+        ``position`` is ``AddedMessage.position`` (or the position of any
+        recorded event). With a follower thread running this wakes it and
+        waits; otherwise it catches up in the calling thread. Raises
+        ``ProjectionTimeout`` after ``timeout`` (for a position beyond the log,
+        say).
         """
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
             raise InvalidInput("position must be a non-negative integer (AddedMessage.position).")
@@ -315,7 +338,7 @@ class ReadModels:
         else:
             while True:
                 self._projector.catch_up()
-                if min(self._projector.positions().values()) >= position:
+                if self._projector.applied(position):
                     return
                 if time.monotonic() >= deadline:
                     break
@@ -471,7 +494,7 @@ class ReadModels:
         account = self._account(principal, account_id)
         moment = self._ledger._now() if now is None else _aware(now, "now")
         cutoff = moment - timedelta(seconds=max_idle_seconds)
-        self._projector.catch_up()  # decide on the newest state we can see
+        self._projector.catch_up(settle=self._settle)  # decide on the newest state we can see
         with store_errors("read the working set"), self.engine.connect() as connection:
             candidates = query_idle(connection, account_id=account, before_us=to_micros(cutoff))
         evicted: list[str] = []

@@ -31,6 +31,7 @@ from chatledger import (
     SessionLedger,
     StoreUnavailable,
 )
+from chatledger.adapters.eventstore import LOG_START
 from chatledger.adapters.read_models import READ_MODEL_NAMES, WorkingSetModel, dump_rows
 from chatledger.domain.identity import session_id
 from chatledger.domain.session import Session
@@ -341,7 +342,7 @@ def test_follower_thread_picks_up_writes_of_another_ledger(
 def test_postgres_appends_wake_the_listener(
     make_ledger: Callable[..., SessionLedger], open_models: Callable[..., ReadModels]
 ) -> None:
-    """On PostgreSQL each append NOTIFYs, and the projector's listener wakes the follower."""
+    """On PostgreSQL an append notifies after it commits, and the listener wakes the follower."""
     reader, writer = make_ledger(), make_ledger()
     projector = open_models(reader)._projector
     listener = threading.Thread(target=projector._listen, daemon=True)
@@ -602,7 +603,7 @@ def test_rebuild_gives_exactly_the_rows_of_incremental_processing(
         assert live == [a.archive_id for a in view.archives]
     # The fast JSON path reads every archive-carrying event exactly as the full mapper does.
     log = models._projector.log
-    fast = log.archive_events(0, log.head())
+    fast = log.archive_events(LOG_START, log.head_cursor())
     app = ledger._app
     notifications = app.recorder.select_notifications(1, 100_000)
     identities = {  # from each session's creation event itself, not from stored facts
@@ -657,51 +658,63 @@ def test_two_projectors_racing_never_apply_an_event_twice(
 def test_the_projector_never_skips_past_a_writer_still_committing(
     ledger: SessionLedger, models: ReadModels, backend: str
 ) -> None:
-    """While a writer holds its append transaction open, later writers wait, and so does the log."""
+    """An append held open stops the log before it; a later commit is applied only after it."""
     ledger.add_message(ALICE, "first", "user", "hi")
     models.catch_up()
+    before = models.positions()
     engine = ledger._app.event_recorder.engine
-    mapper = ledger._app.mapper
     held = Session.start(tenant="acme", key="held", actor=ALICE, timestamp=ledger_time())
     ((started, counters),) = held.collect_changes()
-    stored = [mapper.to_stored_event(started)]
-    facts = stored_facts(started, "acme", "held", counters)
+    row = ledger._app.mapper.to_stored_event(started)
+    row.__dict__["facts"] = stored_facts(started, "acme", "held", counters)
     raw = engine.raw_connection()
     cursor = raw.cursor()
-    # The same protocol as the ledger's append: write lock, then max(id) + 1.
     if backend == "sqlite":
+        # SQLite's append protocol: the write lock, then max(id) + 1.
         cursor.execute("BEGIN IMMEDIATE")
-        mark = "?"
+        cursor.execute("SELECT COALESCE(MAX(id), 0) FROM chatledger_events")
+        held_position = int(cursor.fetchone()[0]) + 1
+        cursor.execute(
+            "INSERT INTO chatledger_events (id, originator_id, originator_version, topic, state, "
+            f"timestamp_us, hash, {', '.join(FACT_COLUMNS)}) "
+            f"VALUES ({', '.join(['?'] * (7 + len(FACT_COLUMNS)))})",
+            (
+                held_position,
+                row.originator_id.hex,
+                1,
+                row.topic,
+                row.state,
+                0,
+                b"x" * 32,
+                *row.facts,
+            ),
+        )
     else:
-        cursor.execute("LOCK TABLE chatledger_events IN EXCLUSIVE MODE")
-        mark = "%s"
-    cursor.execute("SELECT COALESCE(MAX(id), 0) FROM chatledger_events")
-    held_position = int(cursor.fetchone()[0]) + 1
-    oid = stored[0].originator_id
-    cursor.execute(
-        "INSERT INTO chatledger_events (id, originator_id, originator_version, topic, state, "
-        f"timestamp_us, hash, {', '.join(FACT_COLUMNS)}) "
-        f"VALUES ({', '.join([mark] * (7 + len(FACT_COLUMNS)))})",
-        (
-            held_position,
-            oid.hex if backend == "sqlite" else oid,
-            1,
-            stored[0].topic,
-            stored[0].state,
-            getattr(stored[0], "timestamp_us", 0),
-            b"x" * 32,
-            *facts,
-        ),
-    )
+        # PostgreSQL's append itself, held before its commit: numbered and chained,
+        # then inserted in a transaction left open.
+        appender = ledger._app.event_recorder._postgres
+        assert appender is not None
+        numbered = appender.number(cursor, [row])
+        (held_position,) = numbered.positions
+        appender.insert(cursor, numbered)
     later: list[int] = []
     writer = threading.Thread(
         target=lambda: later.append(ledger.add_message(BOB, "later", "user", "hi").position)
     )
     writer.start()
     try:
-        time.sleep(0.3)  # the second writer is now blocked behind the held transaction
-        assert later == []
-        assert models.catch_up() == 0  # nothing committed yet: nothing to skip past
+        if backend == "sqlite":
+            time.sleep(0.3)
+            assert later == []  # one writer at a time: the later one waits for the lock
+        else:
+            writer.join(timeout=10)  # no global lock: the later writer commits at once
+            assert later and later[0] > held_position
+            assert [e.session_key for e in models.audit(ADMIN)][-2:] == ["later", "later"]
+            with pytest.raises(ProjectionTimeout):
+                models.wait_for_projections(later[0], timeout=0.3)
+        # Nothing beyond the held append is applied while it may still commit.
+        assert models._projector.catch_up() == 0
+        assert models.positions() == before
     finally:
         if backend == "sqlite":
             cursor.execute("COMMIT")
@@ -709,10 +722,15 @@ def test_the_projector_never_skips_past_a_writer_still_committing(
             raw.commit()
         raw.close()
     writer.join(timeout=10)
-    assert later == [held_position + 2]  # the later writer's Started and message follow
+    assert later
+    if backend == "sqlite":
+        assert later == [held_position + 2]  # the later writer's Started and message follow
     assert models.catch_up() == 3
-    positions = [r.position for r in models.audit(ADMIN)]
-    assert positions[-3:] == [held_position, held_position + 1, held_position + 2]
+    models.wait_for_projections(later[0], timeout=5)
+    tail = models.audit(ADMIN)[-3:]
+    assert (tail[0].session_key, tail[0].position) == ("held", held_position)
+    assert [e.session_key for e in tail] == ["held", "later", "later"]
+    assert {r.session_key for r in models.working_set(ADMIN)} == {"first", "held", "later"}
 
 
 def test_a_changed_version_rebuilds_that_read_model_on_start(
@@ -789,7 +807,12 @@ def test_tables_of_earlier_read_models_are_dropped_when_read_models_open(
     with engine.begin() as connection:
         connection.execute(text("CREATE TABLE chatledger_audit (position BIGINT)"))
         connection.execute(text("CREATE TABLE chatledger_working_set_buffer (session_id TEXT)"))
-        connection.execute(text("INSERT INTO chatledger_projections VALUES ('audit', 1, 7)"))
+        connection.execute(
+            text(
+                "INSERT INTO chatledger_projections (name, version, position) "
+                "VALUES ('audit', 1, 7)"
+            )
+        )
         connection.execute(
             text("UPDATE chatledger_projections SET version = 1 WHERE name = 'working_set'")
         )
