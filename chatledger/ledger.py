@@ -65,7 +65,7 @@ from chatledger.domain.limits import (
     check_summary,
     error_text,
 )
-from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer
+from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer, Summary
 from chatledger.domain.quality import entity_retention_ratio
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
@@ -375,7 +375,9 @@ class SessionLedger:
         source_ids = tuple(a.archive_id for a in sources)
         try:
             summary = check_summary(
-                self.summarizer.merge(sources), self.limits, source="The summarizer's merge"
+                self._summarizer_call(self.summarizer.merge, sources),
+                self.limits,
+                source="The summarizer's merge",
             )
             now = self._now()
             archive = ArchiveSummary(
@@ -1060,7 +1062,9 @@ class SessionLedger:
 
     def _summarise(self, pending: _PendingCommit) -> ArchiveSummary:
         summary = check_summary(
-            self.summarizer.summarize(tuple(pending.messages)), self.limits, source="The summarizer"
+            self._summarizer_call(self.summarizer.summarize, tuple(pending.messages)),
+            self.limits,
+            source="The summarizer",
         )
         metadata = dict(summary.metadata)
         metadata["source_tokens"] = sum(m.tokens for m in pending.messages)
@@ -1092,6 +1096,33 @@ class SessionLedger:
         elif self.settings.require_archive_store:
             raise StoreUnavailable("archive store unavailable")
         return archive
+
+    def _summarizer_call(self, method: Callable[[Any], Summary], argument: Any) -> Summary:
+        """``method(argument)`` in a thread of its own, waited for at most
+        ``summarizer_timeout`` seconds: a summarizer that hangs fails the commit
+        instead of hanging it (and ``close()``) forever. Python cannot stop a
+        thread, so a hung call is abandoned (a daemon thread), not killed."""
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, method(argument)))
+            except BaseException as error:
+                outcome.append((False, error))
+
+        worker = threading.Thread(target=run, name="chatledger-summarizer", daemon=True)
+        worker.start()
+        worker.join(self.settings.summarizer_timeout)
+        if not outcome:
+            raise TimeoutError(
+                f"The summarizer did not answer within {self.settings.summarizer_timeout:g}s "
+                "(setting summarizer_timeout)."
+            )
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        result: Summary = value
+        return result
 
     def _record_commit(
         self, principal: Principal, pending: _PendingCommit, archive: ArchiveSummary

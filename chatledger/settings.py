@@ -76,6 +76,16 @@ class LedgerSettings(BaseSettings):
     entity_retention: bool = Field(
         default=False, description="Store entity_retention_ratio in archive metadata."
     )
+    summarizer_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        le=MAX_WAIT_SECONDS,
+        allow_inf_nan=False,
+        description=(
+            "Seconds a summarizer call may take; past it the commit or merge fails "
+            "(CommitFailed) and the summarizer's thread is abandoned."
+        ),
+    )
     require_archive_store: bool = Field(
         default=False, description="Fail commits when no archive store is configured."
     )
