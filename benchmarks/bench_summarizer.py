@@ -33,7 +33,11 @@ from chatledger import ExtractiveSummarizer, Message
 from chatledger.domain.quality import entity_retention_ratio
 
 WHEN = datetime(2026, 1, 1, tzinfo=UTC)
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "Alice", "asks", "Kafka", "about", "user_id", "and", "calls", "db.commit()", "in", "src/app.py", "before", "PostgreSQL", "answers", "with", "`a", "code", "span`.", ""]
+WORDS = (
+    *("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while"),
+    *("Alice", "asks", "Kafka", "about", "user_id", "and", "calls", "db.commit()", "in"),
+    *("src/app.py", "before", "PostgreSQL", "answers", "with", "`a", "code", "span`."),
+)
 
 
 def benign(size: int) -> str:
