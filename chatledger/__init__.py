@@ -43,6 +43,7 @@ from chatledger.read_models import (
     AuditEntry,
     ProjectionTimeout,
     ReadModels,
+    SkippedEvent,
     ToolUsage,
     WorkingSetEntry,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "SessionLimitError",
     "SessionRegistry",
     "SessionView",
+    "SkippedEvent",
     "SqlArchiveStore",
     "Started",
     "StoreUnavailable",

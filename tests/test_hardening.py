@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from chatledger import (
     ArchiveSummary,
@@ -22,11 +23,12 @@ from chatledger import (
     InvalidInput,
     InvalidSettings,
     Message,
+    ReadModels,
     SessionLedger,
     Summary,
 )
 from chatledger.domain.quality import entity_retention_ratio, extract_entities
-from support import ALICE, store_state
+from support import ALICE, BOB, store_state
 
 
 class ScriptedSummarizer:
@@ -295,3 +297,68 @@ def test_an_event_over_max_event_bytes_is_refused(
 
 def _context(**fields: Any) -> ClientContext:
     return ClientContext.model_construct(**{**ClientContext().model_dump(), **fields})
+
+
+# ------------------------------------- class 2: no event stops the read models
+def _raw(ledger: SessionLedger, sql: str, **values: Any) -> None:
+    engine = create_engine(ledger.settings.url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(sql), values)
+    finally:
+        engine.dispose()
+
+
+def test_usage_totals_saturate_instead_of_overflowing(ledger: SessionLedger) -> None:
+    """Token counts near 2**63 in stored rows (an older version's) never overflow the totals."""
+    first = ledger.add_message(
+        ALICE, "s1", "tool", "x", tool_call={"tool_name": "t", "prompt_tokens": 1}
+    )
+    second = ledger.add_message(
+        ALICE, "s1", "tool", "y", tool_call={"tool_name": "t", "prompt_tokens": 1}
+    )
+    for added in (first, second):
+        _raw(
+            ledger,
+            "UPDATE chatledger_events SET prompt_tokens = :huge WHERE id = :id",
+            huge=2**63 - 1,
+            id=added.position,
+        )
+    with ReadModels(ledger) as models:
+        models.catch_up()
+        assert models.skipped() == []
+        (usage,) = models.usage(ALICE)
+        assert usage.call_count == 2
+        assert usage.prompt_tokens == 2 * 10**12  # each row counts at most MAX_TOKENS
+
+
+def test_one_event_no_model_can_take_is_skipped_and_the_log_goes_on(
+    ledger: SessionLedger,
+) -> None:
+    """An undecodable archive event is skipped by that model only; later events still apply."""
+    for i in range(5):
+        ledger.add_message(ALICE, "s1", "user", f"m{i}")
+    ledger.commit(ALICE, "s1")
+    poison = ledger.history(ALICE, "s1")[-1]
+    assert poison.type == "Committed"
+    position = ledger.audit(ALICE, session="s1", types=["Committed"])[0].position
+    _raw(
+        ledger,
+        "UPDATE chatledger_events SET state = :state WHERE id = :id",
+        state=b'{"archive": "not an archive"}',
+        id=position,
+    )
+    for i in range(20):
+        ledger.add_message(BOB, f"b{i}", "user", "another tenant writes on")
+    with ReadModels(ledger, batch_size=1000) as models:
+        models.catch_up()
+        (skipped,) = models.skipped()
+        assert (skipped.model, skipped.position) == ("archives", position)
+        assert "decode" in skipped.error
+        head = models.head()
+        assert models.positions() == dict.fromkeys(models.names, head)
+        assert len(models.working_set(BOB)) == 20  # other tenants were never held up
+        assert models.working_set(ALICE)[0].commit_count == 1  # the working set took it
+        assert models.archives(ALICE, "s1") == []
+        models.rebuild("archives")  # a rebuild tries the event again (and records it again)
+        assert [s.position for s in models.skipped()] == [position]
