@@ -151,9 +151,34 @@ def _check_replay(ledger: SessionLedger, rows: list[ChainRow]) -> tuple[int, Bro
     event's, and every stored snapshot the state replayed up to it. Returns
     (snapshots checked, the first problem)."""
     app = ledger._app
-    assert app.snapshots is not None
     sid = rows[0].originator_id
-    stored = {s.originator_version: s for s in app.snapshots.get(sid)}
+    raw = app.snapshot_rows(sid)
+    last = rows[-1].version
+    stored: dict[int, Any] = {}
+    for snapshot in raw:
+        version = snapshot.originator_version
+        problem = None
+        if version > last:
+            problem = (
+                "snapshot past the last event",
+                f"a snapshot at version {last} or before",
+                f"a snapshot at version {version}",
+            )
+        else:
+            try:
+                stored[version] = app.mapper.to_domain_event(snapshot)
+            except Exception as error:
+                problem = (
+                    "snapshot cannot be decoded",
+                    "a snapshot this chatledger version can read",
+                    f"{type(error).__name__}: {error}"[:300],
+                )
+        if problem is not None:
+            reason, expected, found = problem
+            return len(raw), BrokenLink(
+                session_id=sid, version=version, position=None, reason=reason,
+                expected=expected, found=found,
+            )  # fmt: skip
     session: Session | None = None
     for row in rows:
         try:

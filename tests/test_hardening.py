@@ -362,3 +362,71 @@ def test_one_event_no_model_can_take_is_skipped_and_the_log_goes_on(
         assert models.archives(ALICE, "s1") == []
         models.rebuild("archives")  # a rebuild tries the event again (and records it again)
         assert [s.position for s in models.skipped()] == [position]
+
+
+# ------------------------------------------- class 5: snapshots are checked
+def _snapshot_row(ledger: SessionLedger) -> dict[str, Any]:
+    engine = create_engine(ledger.settings.url)
+    try:
+        with engine.connect() as connection:
+            query = "SELECT * FROM chatledger_snapshots ORDER BY originator_version DESC"
+            row = connection.execute(text(query)).mappings().first()
+            assert row is not None
+            return dict(row)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def snapshotted(make_ledger: Callable[..., SessionLedger]) -> SessionLedger:
+    """A ledger whose session s1 has snapshots (commits make them pay)."""
+    ledger = make_ledger(snapshot_interval=4)
+    for round_ in range(3):
+        for i in range(3):
+            ledger.add_message(ALICE, "s1", "user", f"Question {round_}.{i}.")
+        ledger.commit(ALICE, "s1")
+    assert store_state(ledger).snapshots >= 1
+    return ledger
+
+
+def test_a_snapshot_past_the_last_event_is_reported_and_never_used(
+    snapshotted: SessionLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot row beyond the head: verify reports it, loads replay, writes still work."""
+    row = _snapshot_row(snapshotted)
+    head = store_state(snapshotted).heads
+    (last,) = head.values()
+    _raw(
+        snapshotted,
+        "INSERT INTO chatledger_snapshots (originator_id, originator_version, topic, state, "
+        "timestamp_us) VALUES (:originator_id, :version, :topic, :state, :timestamp_us)",
+        **{**row, "version": last + 5},
+    )
+    report = snapshotted.verify(ALICE)
+    assert [i.reason for i in report.issues] == ["snapshot past the last event"]
+    snapshotted._cache.clear()
+    with caplog.at_level("WARNING", logger="chatledger.store"):
+        assert snapshotted.session(ALICE, "s1").version == last
+    assert "past its last event" in caplog.text
+    added = snapshotted.add_message(ALICE, "s1", "user", "still writable")
+    assert added.version == last + 1
+
+
+def test_a_garbled_snapshot_is_reported_and_loading_falls_back_to_replay(
+    snapshotted: SessionLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An undecodable snapshot: verify reports it (no crash); session() replays the events."""
+    row = _snapshot_row(snapshotted)
+    expected = snapshotted.session(ALICE, "s1")
+    _raw(
+        snapshotted,
+        "UPDATE chatledger_snapshots SET state = :state WHERE originator_version = :version",
+        state=b"{not json",
+        version=row["originator_version"],
+    )
+    report = snapshotted.verify(ALICE)
+    assert [i.reason for i in report.issues] == ["snapshot cannot be decoded"]
+    snapshotted._cache.clear()
+    with caplog.at_level("WARNING", logger="chatledger.store"):
+        assert snapshotted.session(ALICE, "s1") == expected
+    assert "cannot be decoded" in caplog.text
