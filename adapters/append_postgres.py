@@ -47,7 +47,8 @@ Connections: each append borrows one of this process's own autocommit
 connections (detached from the SQLAlchemy pool and kept, so statements stay
 prepared) and gives it back; threads appending to different sessions each
 get their own. Driver errors leave as the library's ``IntegrityError`` /
-``OperationalError`` / ``DatabaseError``.
+``OperationalError`` / ``DatabaseError``; a connection lost during step 2,
+when the insert may or may not have committed, as ``OutcomeUnknown``.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from sqlalchemy import Engine, Table
 from sqlalchemy import Sequence as DbSequence
 
 from chatledger.adapters.chain import GENESIS, ChainRow, chain_hash
+from chatledger.adapters.store_errors import OutcomeUnknown
 from chatledger.projections.facts import StoredFacts
 
 APPEND_CHANNEL = "chatledger_events"
@@ -154,7 +156,13 @@ class PostgresAppender:
                 writer.discard()
                 writer, reused = self._take(fresh=True)
                 numbered = self._number(writer, rows)
-            writer.spare = self.insert(writer.cursor, numbered)
+            try:
+                writer.spare = self.insert(writer.cursor, numbered)
+            except self.dbapi.Error as error:
+                if _lost(writer.fairy.dbapi_connection, error):
+                    # The statement commits by itself: it may have, before the answer was lost.
+                    raise OutcomeUnknown(str(error)) from error
+                raise
         except (self.dbapi.IntegrityError, IntegrityError) as error:
             # Another writer of the session got there first, or a remembered head or
             # spare position was stale: the caller reloads and retries.
@@ -301,7 +309,10 @@ class PostgresAppender:
                 cursor.execute(self._sql_move_sequence)
                 cursor.execute(f"NOTIFY {append_channel(connection)}")  # once, for the import
         except self.dbapi.Error as error:
+            lost = _lost(connection, error)
             writer.discard()
+            if lost:  # the COMMIT may have been carried out before the answer was lost
+                raise OutcomeUnknown(str(error)) from error
             raise _translate(self.dbapi, error) from error
         except BaseException:
             writer.discard()
@@ -453,6 +464,15 @@ def _predecessor(found: Any, oid: UUID, version: int) -> bytes:
         # stream was cut). Signal a conflict so the caller reloads.
         raise IntegrityError(f"no event {version} of {oid} to chain onto")
     return bytes(found[0])
+
+
+def _lost(connection: Any, error: Exception) -> bool:
+    """Whether ``error`` is the connection going away rather than the server refusing the
+    statement: then a statement that commits by itself may have committed."""
+    if getattr(connection, "broken", False) or getattr(connection, "closed", False):
+        return True
+    state = getattr(error, "sqlstate", None)
+    return state is None or state.startswith(("08", "57P"))
 
 
 def _translate(dbapi: Any, error: Exception) -> Exception:

@@ -28,10 +28,12 @@ imports the package face; errors leave as ``chatledger.errors``.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -44,6 +46,7 @@ from sqlalchemy import (
     and_,
     delete,
     func,
+    inspect,
     literal,
     select,
     text,
@@ -52,7 +55,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from chatledger.adapters import upgrades
 from chatledger.adapters.append_postgres import append_channel
 from chatledger.adapters.eventstore import (
     CARRIES_ARCHIVES,
@@ -66,18 +68,21 @@ from chatledger.adapters.read_models import (
     Span,
     SqlReadModel,
     read_model_metadata,
+    skips_table,
     stage_table,
     tracking_table,
 )
 from chatledger.domain.errors import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.events import EVENT_TYPES
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.timestamps import to_micros
 from chatledger.projections.archive_events import (
     ArchiveEvent,
     archive_event_from_event,
     archive_event_from_json,
 )
 
+logger = logging.getLogger("chatledger.projector")
 Progress = Callable[[int, int], None]
 """Called after each batch with (events processed so far, log head at start)."""
 
@@ -308,6 +313,35 @@ def _uuid_value(value: Any) -> UUID:
     return value if isinstance(value, UUID) else UUID(str(value))
 
 
+def _add_cursor_transactions(connection: Connection) -> None:
+    """Bring read-model tables of a version before the commit-ordered log up to date.
+
+    Read-model databases are not migrated (``adapters.migrations``), and this
+    needs no rebuild: tracking rows get the transaction part of their cursor,
+    0, since a stored position ``p`` then meant the place ``(0, p)`` in the
+    log (the events of that time have ``tx_id`` 0 too, see revision 0003).
+    The staging table is empty between batches: an old one is made again.
+    """
+    inspector = inspect(connection)
+    for table in (tracking_table, stage_table):
+        if not inspector.has_table(table.name):
+            continue
+        if "tx_id" in {c["name"] for c in inspector.get_columns(table.name)}:
+            continue
+        if table is tracking_table:
+            connection.execute(
+                text(f"ALTER TABLE {table.name} ADD COLUMN tx_id BIGINT NOT NULL DEFAULT 0")
+            )
+        else:
+            table.drop(connection)
+
+
+def _error_line(error: BaseException) -> str:
+    """An error as one line of at most 1,000 characters (it is stored, and shown to operators)."""
+    line = " ".join(str(error).split()) or type(error).__name__
+    return line.encode("utf-8", "replace").decode("utf-8").replace("\x00", " ")[:1000]
+
+
 class _Raced(Exception):
     """Another projector moved a tracking position first; re-read and go on."""
 
@@ -345,8 +379,9 @@ class Projector:
         reset: list[str] = []
         with store_errors("prepare the read models"), self.engine.begin() as connection:
             self._ddl_lock(connection)
-            upgrades.add_commit_order_to_tracking(connection, tracking_table, stage_table)
+            _add_cursor_transactions(connection)
             tracking_table.create(connection, checkfirst=True)
+            skips_table.create(connection, checkfirst=True)
             if not self.shared:
                 stage_table.create(connection, checkfirst=True)
             stored = self._read_tracking(connection)
@@ -390,6 +425,8 @@ class Projector:
             connection.execute(
                 t.insert().values(name=model.name, version=model.version, position=0, tx_id=0)
             )
+        if inspect(connection).has_table(skips_table.name):  # a rebuild tries them again
+            connection.execute(skips_table.delete().where(skips_table.c.name == model.name))
         for table in reversed(model.tables):
             table.drop(connection, checkfirst=True)
         for table in model.tables:
@@ -507,14 +544,48 @@ class Projector:
             return self._reached_locked(target)
 
     def _step(self, size: int) -> int:
+        """Apply the next span of up to ``size`` events; narrow down to a poison event.
+
+        A span that fails while the databases answer is retried in halves, so a
+        single event that no model can take (a value its SQL cannot hold, a
+        payload this version cannot decode) ends up alone, where ``_isolate``
+        records it as skipped for the models it fails and lets the others --
+        and every later event -- through. A failure with the databases down
+        is raised as it is: the follower retries it later.
+        """
         cursors = self.cursors()
         low = min(cursors.values())
         count, last = self.log.span(low, size)
-        at_head = count < size  # nothing after ``last`` when the span was taken
         if not count:
             self._publish(cursors)
             return 0
-        t = tracking_table
+        try:
+            self._apply(cursors, low, last, at_head=count < size, names=list(self.models))
+        except _Raced:
+            raise
+        except ChatLedgerError:
+            if not self._reachable():
+                raise
+            if count > 1:
+                return self._step(max(1, count // 2))
+            self._isolate(cursors, low, last)
+            self._publish(self.cursors())
+            return count
+        self._publish(cursors)
+        return count
+
+    def _apply(
+        self,
+        cursors: dict[str, LogCursor],
+        low: LogCursor,
+        last: LogCursor,
+        *,
+        at_head: bool,
+        names: Sequence[str],
+    ) -> None:
+        """Apply the span (``low``, ``last``] to the named models in one transaction, moving
+        each one's tracking cursor with a compare-and-set (``cursors`` updated)."""
+        moved_to: dict[str, LogCursor] = {}
         with store_errors("update the read models"), self.engine.begin() as connection:
             source = events_table.name
             if not self.shared:  # the SQL reads the span's facts from a copy next to the models
@@ -527,33 +598,96 @@ class Projector:
                     f"VALUES ({', '.join([mark] * len(STAGE_COLUMNS))})",
                     self.log.fact_rows(low, last, to_dialect=dialect),
                 )
-            for name, model in self.models.items():
+            for name, model in self.models.items():  # always in this order: no deadlock
                 start = cursors[name]
-                if start >= last:
+                if name not in names or start >= last:
                     continue
-                moved = connection.execute(
-                    update(t)
-                    .where(
-                        and_(
-                            t.c.name == name,
-                            t.c.position == start.position,
-                            t.c.tx_id == start.tx,
-                            t.c.version == model.version,
-                        )
-                    )
-                    .values(position=last.position, tx_id=last.tx)
-                )
-                if moved.rowcount != 1:
-                    raise _Raced  # rolls back: nothing of this span is kept
+                self._move(connection, name, start, last)
                 span = Span(
                     start, last, source, self.log, self.shared, at_head, self.log.by_transaction
                 )
                 model.apply(connection, span)
-                cursors[name] = last
+                moved_to[name] = last
             if not self.shared:
                 connection.execute(delete(stage_table))
-        self._publish(cursors)
-        return count
+        cursors.update(moved_to)
+
+    def _move(self, connection: Connection, name: str, start: LogCursor, last: LogCursor) -> None:
+        t = tracking_table
+        moved = connection.execute(
+            update(t)
+            .where(
+                and_(
+                    t.c.name == name,
+                    t.c.position == start.position,
+                    t.c.tx_id == start.tx,
+                    t.c.version == self.models[name].version,
+                )
+            )
+            .values(position=last.position, tx_id=last.tx)
+        )
+        if moved.rowcount != 1:
+            raise _Raced  # rolls back: nothing of this span is kept
+
+    def _isolate(self, cursors: dict[str, LogCursor], low: LogCursor, last: LogCursor) -> None:
+        """The one event at ``last`` failed: apply it model by model (twice, in case the
+        failure passed), and skip it -- recorded in ``chatledger_projection_skips`` --
+        only for the models it still fails."""
+        for name in self.models:
+            if cursors[name] >= last:
+                continue
+            error: ChatLedgerError | None = None
+            for _ in range(2):
+                try:
+                    self._apply(cursors, low, last, at_head=True, names=[name])
+                    error = None
+                    break
+                except ChatLedgerError as failure:
+                    error = failure
+            if error is None:
+                continue
+            if not self._reachable():
+                raise error
+            with (
+                store_errors("skip an event the read models cannot take"),
+                self.engine.begin() as connection,
+            ):
+                self._move(connection, name, cursors[name], last)
+                connection.execute(
+                    skips_table.insert().values(
+                        name=name,
+                        position=last.position,
+                        error=_error_line(error),
+                        skipped_at_us=to_micros(datetime.now(UTC)),
+                    )
+                )
+            cursors[name] = last
+            logger.error(
+                "Read model %s skipped event %d, which it cannot apply: %s",
+                name,
+                last.position,
+                error,
+            )
+
+    def _reachable(self) -> bool:
+        """Whether both databases answer a trivial query now."""
+        engines = {id(e): e for e in (self.engine, self.log.engine)}
+        try:
+            for engine in engines.values():
+                with engine.connect() as connection:
+                    connection.execute(text("SELECT 1"))
+        except SQLAlchemyError:
+            return False
+        return True
+
+    def skipped(self) -> list[dict[str, Any]]:
+        """Events a read model skipped because it could not apply them, oldest first."""
+        t = skips_table
+        with store_errors("read the skipped events"), self.engine.connect() as connection:
+            if not inspect(connection).has_table(t.name):
+                return []
+            rows = connection.execute(select(t).order_by(t.c.position, t.c.name)).mappings()
+            return [dict(row) for row in rows]
 
     def _publish(self, cursors: dict[str, LogCursor]) -> None:
         with self._progress:

@@ -36,6 +36,7 @@ from chatledger.errors import (
     LedgerNotFound,
     StoreUnavailable,
     UnknownSession,
+    WriteOutcomeUnknown,
 )
 from chatledger.ledger import SessionLedger
 from chatledger.read_models import (
@@ -43,6 +44,7 @@ from chatledger.read_models import (
     AuditEntry,
     ProjectionTimeout,
     ReadModels,
+    SkippedEvent,
     ToolUsage,
     WorkingSetEntry,
 )
@@ -124,6 +126,7 @@ __all__ = [
     "SessionLimitError",
     "SessionRegistry",
     "SessionView",
+    "SkippedEvent",
     "SqlArchiveStore",
     "Started",
     "StoreUnavailable",
@@ -136,6 +139,7 @@ __all__ = [
     "VerifyIssue",
     "VerifyReport",
     "WorkingSetEntry",
+    "WriteOutcomeUnknown",
     "__version__",
     "estimate_tokens",
 ]

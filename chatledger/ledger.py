@@ -41,7 +41,13 @@ if TYPE_CHECKING:
         WorkingSetOrder,
     )
 from chatledger.adapters.database import SQLAlchemyError, create_store_engine, sqlite_file
-from chatledger.adapters.eventstore import EventStoreApplication, create_tables, require_tables
+from chatledger.adapters.eventstore import (
+    EventStoreApplication,
+    KeyedRow,
+    check_chain_key,
+    create_tables,
+    require_tables,
+)
 from chatledger.adapters.summarizer import ExtractiveSummarizer
 from chatledger.domain.errors import (
     AccessDenied,
@@ -52,10 +58,27 @@ from chatledger.domain.errors import (
     StoreUnavailable,
     UnknownSession,
 )
-from chatledger.domain.events import new_id
+from chatledger.domain.events import (
+    ArchiveMerged,
+    Closed,
+    Committed,
+    Evicted,
+    MessageAdded,
+    new_id,
+)
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.identity import session_id, validate_key
-from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer
+from chatledger.domain.limits import (
+    Limits,
+    check_aware,
+    check_context,
+    check_int,
+    check_message,
+    check_seconds,
+    check_summary,
+    error_text,
+)
+from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer, Summary
 from chatledger.domain.quality import entity_retention_ratio
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
@@ -117,13 +140,49 @@ class _PendingCommit:
     """What phase 1 of a commit captured: the exact messages to archive."""
 
     def __init__(
-        self, sid: UUID, tenant: str, key: str, messages: list[Message], attempt_id: str
+        self,
+        sid: UUID,
+        tenant: str,
+        key: str,
+        messages: list[Message],
+        attempt_id: str,
+        idempotency_key: str | None = None,
     ) -> None:
         self.sid = sid
         self.tenant = tenant
         self.key = key
         self.messages = messages
         self.attempt_id = attempt_id
+        self.idempotency_key = idempotency_key
+
+
+class _AlreadyRecorded(Exception):
+    """The write was recorded before with the same idempotency key (its rows attached)."""
+
+    def __init__(self, rows: list[KeyedRow]) -> None:
+        super().__init__("already recorded")
+        self.rows = rows
+
+
+_KEY_REUSED = (
+    "That idempotency key was already used for a different write in this session; use a "
+    "fresh key for each distinct write (and the same key only to retry the same call)."
+)
+
+
+def _idempotency(key: object) -> str | None:
+    """A caller's idempotency key, checked (``None``: the write is not keyed)."""
+    return None if key is None else validate_key(key, what="idempotency key")
+
+
+def _same_message(recorded: Message, asked: Message) -> bool:
+    """Whether a retry asks for the message that was recorded (ids aside when generated)."""
+    return (recorded.role, recorded.content, recorded.name, recorded.tool_call) == (
+        asked.role,
+        asked.content,
+        asked.name,
+        asked.tool_call,
+    )
 
 
 class SessionLedger:
@@ -150,6 +209,11 @@ class SessionLedger:
         self.summarizer: Summarizer = summarizer or ExtractiveSummarizer()
         self.archive_store = archive_store
         self._clock: Clock = clock or utc_now
+        self.limits = Limits(
+            max_content_chars=self.settings.max_content_chars,
+            max_meta_bytes=self.settings.max_meta_bytes,
+            max_event_bytes=self.settings.max_event_bytes,
+        )
         path = sqlite_file(self.settings.url)
         if not self.settings.create_tables and path is not None and not Path(path).is_file():
             raise LedgerNotFound(
@@ -167,12 +231,15 @@ class SessionLedger:
             else:
                 require_tables(engine)
             chain_key = self.settings.chain_key
+            key_bytes = chain_key.get_secret_value().encode() if chain_key else None
+            check_chain_key(engine, key_bytes, record=self.settings.create_tables)
             self._app = EventStoreApplication(
                 engine,
                 snapshot_interval=self.settings.snapshot_interval,
-                chain_key=chain_key.get_secret_value().encode() if chain_key else None,
+                chain_key=key_bytes,
+                max_event_bytes=self.settings.max_event_bytes,
             )
-        except (LedgerNotFound, StoreUnavailable):
+        except (LedgerNotFound, InvalidSettings, StoreUnavailable):
             engine.dispose()
             raise
         except SQLAlchemyError as error:
@@ -231,12 +298,22 @@ class SessionLedger:
         message_id: str | None = None,
         account_id: str | None = None,
         context: ClientContext | None = None,
+        idempotency_key: str | None = None,
     ) -> AddedMessage:
-        """Record one message (creating the session on first use)."""
+        """Record one message (creating the session on first use).
+
+        With ``idempotency_key``, a retry of the same call (e.g. after
+        ``WriteOutcomeUnknown``) records nothing twice: it returns the result
+        of the write that landed.
+        """
         tenant, key, sid = self._target(principal, key, account_id)
+        context = self._context(context)
+        idempotency_key = _idempotency(idempotency_key)
         now = self._now()
         message = self._make_message(role, content, name, tool_call, message_id, None, now)
-        return self._record_messages(principal, tenant, key, sid, [message], now, context)[0]
+        return self._record_messages(
+            principal, tenant, key, sid, [message], now, context, idempotency_key
+        )[0]
 
     @_public
     def add_messages(
@@ -247,9 +324,13 @@ class SessionLedger:
         *,
         account_id: str | None = None,
         context: ClientContext | None = None,
+        idempotency_key: str | None = None,
     ) -> list[AddedMessage]:
-        """Record several messages in one transaction: all of them, or none."""
+        """Record several messages in one transaction: all of them, or none (a retry with
+        the same ``idempotency_key`` returns the recorded write, see ``add_message``)."""
         tenant, key, sid = self._target(principal, key, account_id)
+        context = self._context(context)
+        idempotency_key = _idempotency(idempotency_key)
         if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
             raise InvalidInput("messages must be a list of message dicts or Message objects.")
         if not messages:
@@ -259,7 +340,9 @@ class SessionLedger:
         ids = [m.id for m in built]
         if len(set(ids)) != len(ids):
             raise InvalidInput("Message ids within one call must be distinct.")
-        return self._record_messages(principal, tenant, key, sid, built, now, context)
+        return self._record_messages(
+            principal, tenant, key, sid, built, now, context, idempotency_key
+        )
 
     def _record_messages(
         self,
@@ -270,6 +353,7 @@ class SessionLedger:
         built: list[Message],
         now: datetime,
         context: ClientContext | None,
+        idempotency_key: str | None,
     ) -> list[AddedMessage]:
         def apply(session: Session) -> list[int]:
             versions = []
@@ -283,7 +367,16 @@ class SessionLedger:
                 tenant=tenant, key=key, actor=principal, timestamp=now, context=context
             )
 
-        versions, positions, session_after = self._write(sid, apply, create=create)
+        try:
+            versions, positions, session_after = self._write(
+                sid,
+                apply,
+                create=create,
+                idempotency_key=idempotency_key,
+                reach=len(built) + 2,  # a Started and a Reactivated may come first
+            )
+        except _AlreadyRecorded as done:
+            return self._messages_recorded(done.rows, built)
         pending = session_after.pending_tokens
         offset = len(positions) - len(built)
         return [
@@ -296,6 +389,28 @@ class SessionLedger:
             for i, (message, version) in enumerate(zip(built, versions, strict=True))
         ]
 
+    def _messages_recorded(self, rows: list[KeyedRow], asked: list[Message]) -> list[AddedMessage]:
+        """What a keyed add_message(s) returned the first time, from the write's stored rows."""
+        added: list[AddedMessage] = []
+        for row in rows:
+            event = self._app.mapper.to_domain_event(row.stored)
+            if isinstance(event, MessageAdded) and len(added) < len(asked):
+                added.append(
+                    AddedMessage(
+                        message_id=event.message.id,
+                        version=row.version,
+                        pending_tokens=row.pending_tokens,
+                        position=row.position,
+                    )
+                )
+                wanted = asked[len(added) - 1]
+                if not _same_message(event.message, wanted):
+                    raise InvalidInput(_KEY_REUSED)
+        if len(added) != len(asked):
+            raise InvalidInput(_KEY_REUSED)
+        pending = added[-1].pending_tokens  # the session's, right after the write
+        return [a.model_copy(update={"pending_tokens": pending}) for a in added]
+
     @_public
     def commit(
         self,
@@ -304,9 +419,13 @@ class SessionLedger:
         *,
         wait: bool = True,
         account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> CommitResult:
-        """Fold the whole live buffer into a new archive."""
-        return self._commit(principal, key, None, wait=wait, account_id=account_id)
+        """Fold the whole live buffer into a new archive (a retry with the same
+        ``idempotency_key`` returns the recorded commit instead of committing again)."""
+        return self._commit(
+            principal, key, None, wait=wait, account_id=account_id, idempotency_key=idempotency_key
+        )
 
     @_public
     def commit_snapshot(
@@ -317,6 +436,7 @@ class SessionLedger:
         *,
         wait: bool = True,
         account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> CommitResult:
         """Fold exactly ``message_ids`` into a new archive; the rest stays live."""
         if isinstance(message_ids, str) or not isinstance(message_ids, Sequence):
@@ -327,7 +447,14 @@ class SessionLedger:
             raise InvalidInput("message_ids must all be strings.")
         if len(set(message_ids)) != len(message_ids):
             raise InvalidInput("message_ids contains duplicates; name each message once.")
-        return self._commit(principal, key, list(message_ids), wait=wait, account_id=account_id)
+        return self._commit(
+            principal,
+            key,
+            list(message_ids),
+            wait=wait,
+            account_id=account_id,
+            idempotency_key=idempotency_key,
+        )
 
     @_public
     def merge_archives(
@@ -338,15 +465,19 @@ class SessionLedger:
         threshold: int | None = None,
         max_count: int | None = None,
         account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> MergeResult:
         """Merge the oldest live archives into one when there are more than ``threshold``."""
         _, key, sid = self._target(principal, key, account_id)
+        idempotency_key = _idempotency(idempotency_key)
+        if idempotency_key is not None:
+            rows = self._app.event_recorder.keyed_rows(sid, idempotency_key, 1)
+            if rows:
+                return self._merge_recorded(rows)
         threshold = self.settings.merge_threshold if threshold is None else threshold
         max_count = self.settings.merge_max_count if max_count is None else max_count
-        if not isinstance(threshold, int) or threshold < 1:
-            raise InvalidInput("threshold must be an integer >= 1.")
-        if not isinstance(max_count, int) or max_count < 2:
-            raise InvalidInput("max_count must be an integer >= 2.")
+        check_int(threshold, "threshold", minimum=1)
+        check_int(max_count, "max_count", minimum=2)
         with self._session_lock(sid):
             session = self._require(sid, key)
             live = list(session.archives)
@@ -358,7 +489,11 @@ class SessionLedger:
         sources = live[:count]
         source_ids = tuple(a.archive_id for a in sources)
         try:
-            summary = self.summarizer.merge(sources)
+            summary = check_summary(
+                self._summarizer_call(self.summarizer.merge, sources),
+                self.limits,
+                source="The summarizer's merge",
+            )
             now = self._now()
             archive = ArchiveSummary(
                 archive_id=new_id(),
@@ -384,11 +519,23 @@ class SessionLedger:
                     )
                 session.merge_archives(archive, source_ids, actor=principal, timestamp=now)
 
-            self._write(sid, apply)
+            self._write(sid, apply, idempotency_key=idempotency_key)
+        except _AlreadyRecorded as done:
+            return self._merge_recorded(done.rows)
         except Exception as error:
-            return MergeResult(merged=False, reason="failed", error=_error_text(error))
+            return MergeResult(merged=False, reason="failed", error=error_text(error))
         return MergeResult(
             merged=True, archive_id=archive.archive_id, source_archive_ids=source_ids
+        )
+
+    def _merge_recorded(self, rows: list[KeyedRow]) -> MergeResult:
+        event = self._app.mapper.to_domain_event(rows[0].stored)
+        if not isinstance(event, ArchiveMerged):
+            raise InvalidInput(_KEY_REUSED)
+        return MergeResult(
+            merged=True,
+            archive_id=event.archive.archive_id,
+            source_archive_ids=tuple(event.source_archive_ids),
         )
 
     @_public
@@ -407,6 +554,7 @@ class SessionLedger:
         creation race sees a version conflict and returns the winner's session.
         """
         tenant, key, sid = self._target(principal, key, account_id)
+        context = self._context(context)
         with self._session_lock(sid):
             existing = self._load(sid)
             if existing is not None:
@@ -428,16 +576,25 @@ class SessionLedger:
 
     @_public
     def close_session(
-        self, principal: Principal, key: str, *, account_id: str | None = None
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> SessionView:
         """Record that the client closed the session (it leaves the working set)."""
         _, key, sid = self._target(principal, key, account_id)
+        idempotency_key = _idempotency(idempotency_key)
         now = self._now()
 
         def apply(session: Session) -> None:
             session.close(actor=principal, timestamp=now)
 
-        _, _, session = self._write(sid, apply)
+        try:
+            _, _, session = self._write(sid, apply, idempotency_key=idempotency_key)
+        except _AlreadyRecorded as done:
+            return self._view_recorded(sid, done.rows, Closed)
         self._forget(sid)
         return self._view(session)
 
@@ -450,25 +607,35 @@ class SessionLedger:
         reason: EvictionReason = "admin",
         idle_seconds: float | None = None,
         account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> SessionView:
         """Record that the session left the working set; its history stays."""
         if reason not in ("idle", "lru", "admin"):
             raise InvalidInput("reason must be 'idle', 'lru' or 'admin'.")
-        if idle_seconds is not None and (
-            isinstance(idle_seconds, bool)
-            or not isinstance(idle_seconds, int | float)
-            or idle_seconds < 0
-        ):
-            raise InvalidInput("idle_seconds must be a non-negative number or None.")
+        if idle_seconds is not None:
+            idle_seconds = check_seconds(idle_seconds, "idle_seconds")
         _, key, sid = self._target(principal, key, account_id)
+        idempotency_key = _idempotency(idempotency_key)
         now = self._now()
 
         def apply(session: Session) -> None:
             session.evict(reason, idle_seconds=idle_seconds, actor=principal, timestamp=now)
 
-        _, _, session = self._write(sid, apply)
+        try:
+            _, _, session = self._write(sid, apply, idempotency_key=idempotency_key)
+        except _AlreadyRecorded as done:
+            return self._view_recorded(sid, done.rows, Evicted)
         self._forget(sid)  # eviction is about memory: drop the cached copy too
         return self._view(session)
+
+    def _view_recorded(
+        self, sid: UUID, rows: list[KeyedRow], kind: type[SessionEvent]
+    ) -> SessionView:
+        """The view a keyed write returned the first time: the session as of its event."""
+        event = self._app.mapper.to_domain_event(rows[0].stored)
+        if not isinstance(event, kind):
+            raise InvalidInput(_KEY_REUSED)
+        return self._view(self._app.load(sid, rows[0].version))
 
     # ---------------------------------------------------------------- reads
     @_public
@@ -497,8 +664,7 @@ class SessionLedger:
         account_id: str | None = None,
     ) -> ContextView:
         """The prompt context: latest archive summary plus the newest live messages that fit."""
-        if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0:
-            raise InvalidInput("token_budget must be a non-negative integer.")
+        check_int(token_budget, "token_budget")
         _, key, sid = self._target(principal, key, account_id)
         session = self._load_as_of(sid, key, at_version, at_time)
         remaining = token_budget
@@ -542,16 +708,9 @@ class SessionLedger:
     ) -> list[LedgerEvent]:
         """The session's recorded events after ``after_version``, oldest first (at most
         ``limit`` of them: page through a long session by passing the last version seen)."""
-        if (
-            isinstance(after_version, bool)
-            or not isinstance(after_version, int)
-            or after_version < 0
-        ):
-            raise InvalidInput("after_version must be a non-negative integer.")
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise InvalidInput("limit must be a positive integer or None (no limit).")
+        check_int(after_version, "after_version")
+        if limit is not None:
+            check_int(limit, "limit (or None for no limit)", minimum=1)
         _, key, sid = self._target(principal, key, account_id)
         events: list[SessionEvent] = list(
             self._app.events.get(sid, gt=after_version or None, limit=limit)  # type: ignore[arg-type]
@@ -592,9 +751,12 @@ class SessionLedger:
         new_key: str,
         *,
         account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> SessionView:
         """Start ``new_key`` as a copy of ``key`` at ``at_version``; the origin is untouched."""
-        return timetravel.fork(self, principal, key, at_version, new_key, account_id)
+        return timetravel.fork(
+            self, principal, key, at_version, new_key, account_id, _idempotency(idempotency_key)
+        )
 
     @_public
     def verify(
@@ -628,9 +790,18 @@ class SessionLedger:
             yield line
 
     @_public
-    def import_(self, lines: Iterable[str]) -> ImportResult:
-        """Import an export into this (empty) ledger; a broken file imports nothing."""
-        result = audit.import_(self, lines)
+    def import_(
+        self,
+        lines: Iterable[str],
+        *,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> ImportResult:
+        """Import an export into this (empty) ledger; a broken file imports nothing.
+
+        ``progress`` is called with (phase, done, total) as the phases ``read``,
+        ``verify`` (every event replayed and checked) and ``write`` advance.
+        """
+        result = audit.import_(self, lines, progress)
         with self._cache_lock:
             self._cache.clear()
         return result
@@ -737,7 +908,7 @@ class SessionLedger:
     # ------------------------------------------------------------ internals
     def _now(self) -> datetime:
         moment = self._clock()
-        if not isinstance(moment, datetime) or moment.tzinfo is None:
+        if not isinstance(moment, datetime) or moment.utcoffset() is None:
             raise InvalidSettings("The clock must return timezone-aware datetimes.")
         return moment
 
@@ -797,10 +968,10 @@ class SessionLedger:
             raise InvalidInput(f"Unknown role {role!r}; use one of {', '.join(ROLES)}.")
         if not isinstance(content, str):
             raise InvalidInput(f"Message content must be a str, not {type(content).__name__}.")
-        if len(content) > self.settings.max_content_chars:
+        if len(content) > self.limits.max_content_chars:  # before building a huge message
             raise InvalidInput(
                 f"Message content has {len(content)} characters; the limit is "
-                f"{self.settings.max_content_chars} (setting max_content_chars)."
+                f"{self.limits.max_content_chars} (setting max_content_chars)."
             )
         if not message_id:
             message_id = new_id()
@@ -808,7 +979,7 @@ class SessionLedger:
             validate_key(message_id, what="message id")
         if tool_call is not None and not isinstance(tool_call, ToolCall):
             tool_call = ToolCall.model_validate(tool_call)
-        return Message(
+        message = Message(
             id=message_id,
             role=role,
             content=content,
@@ -816,6 +987,17 @@ class SessionLedger:
             name=name,
             tool_call=tool_call,
         )
+        return check_message(message, self.limits)
+
+    def _context(self, context: ClientContext | Mapping[str, Any] | None) -> ClientContext | None:
+        """The client context to record with a new session, checked against the limits."""
+        if context is None:
+            return None
+        if not isinstance(context, ClientContext):
+            if not isinstance(context, Mapping):
+                raise InvalidInput("context must be a ClientContext (or a dict of its fields).")
+            context = ClientContext.model_validate(context)
+        return check_context(context, self.limits)
 
     def _session_lock(self, sid: UUID) -> _SessionLock:
         """The lock serialising this process's writes (and loads) of one session."""
@@ -886,14 +1068,12 @@ class SessionLedger:
         if at_version is not None and at_time is not None:
             raise InvalidInput("Pass at_version or at_time, not both.")
         if at_time is not None:
-            if not isinstance(at_time, datetime) or at_time.tzinfo is None:
-                raise InvalidInput("at_time must be a timezone-aware datetime.")
+            check_aware(at_time, "at_time")
             at_version = self._app.event_recorder.version_at(sid, to_micros(at_time))
             if at_version is None:
                 raise UnknownSession(f"Session {key!r} did not exist yet at {at_time}.")
         if at_version is not None:
-            if isinstance(at_version, bool) or not isinstance(at_version, int) or at_version < 1:
-                raise InvalidInput("at_version must be an integer >= 1.")
+            check_int(at_version, "at_version", minimum=1)
             try:
                 session = self._app.load(sid, at_version)
             except AggregateNotFoundError:
@@ -917,18 +1097,28 @@ class SessionLedger:
         apply: Callable[[Session], R],
         *,
         create: Callable[[], Session] | None = None,
+        idempotency_key: str | None = None,
+        reach: int = 1,
     ) -> tuple[R, list[int], Session]:
         """Apply a change and record its events atomically, re-applying on conflicts.
 
         A version conflict means another writer (thread of another ledger, or
         process) appended first: reload and re-apply, after a short random
         back-off that grows with each conflict, until ``busy_timeout`` runs out.
+        With ``idempotency_key``, each attempt first looks for a write recorded
+        with that key (a retry after an unknown outcome, or a racing duplicate,
+        whose insert collides on the key's unique index) and raises
+        ``_AlreadyRecorded`` with its first ``reach`` rows instead of writing.
         """
         deadline = time.monotonic() + self.settings.busy_timeout
         attempts = 0
         with self._session_lock(sid):
             while attempts < _MIN_WRITE_ATTEMPTS or time.monotonic() < deadline:
                 attempts += 1
+                if idempotency_key is not None:
+                    recorded = self._app.event_recorder.keyed_rows(sid, idempotency_key, reach)
+                    if recorded:
+                        raise _AlreadyRecorded(recorded)
                 session = self._load(sid, fresh=False)
                 if session is None:
                     if create is None:
@@ -937,6 +1127,8 @@ class SessionLedger:
                         )
                     session = create()
                 try:
+                    if idempotency_key is not None:
+                        session.key_write(idempotency_key)
                     outcome = apply(session)
                     positions = self._app.record(session)
                 except IntegrityError:
@@ -962,8 +1154,14 @@ class SessionLedger:
         *,
         wait: bool,
         account_id: str | None,
+        idempotency_key: str | None,
     ) -> CommitResult:
         tenant, key, sid = self._target(principal, key, account_id)
+        idempotency_key = _idempotency(idempotency_key)
+        if idempotency_key is not None:  # recorded already: never summarise again
+            rows = self._app.event_recorder.keyed_rows(sid, idempotency_key, 1)
+            if rows:
+                return self._commit_recorded(rows)
         with self._session_lock(sid):
             session = self._require(sid, key)
             if message_ids is not None:
@@ -983,7 +1181,9 @@ class SessionLedger:
                 self._inflight.add(sid)
             chosen = set(message_ids) if message_ids is not None else None
             messages = [m for m in session.buffer.values() if chosen is None or m.id in chosen]
-        pending = _PendingCommit(sid, tenant, key, messages, attempt_id=new_id())
+        pending = _PendingCommit(
+            sid, tenant, key, messages, attempt_id=new_id(), idempotency_key=idempotency_key
+        )
         if wait:
             return self._finish_commit(principal, pending)
         task_id = new_id()
@@ -996,6 +1196,18 @@ class SessionLedger:
             del self._tasks[task_id]
             raise StoreUnavailable("This ledger is closing; commit not started.") from error
         return CommitResult(status="processing", task_id=task_id)
+
+    def _commit_recorded(self, rows: list[KeyedRow]) -> CommitResult:
+        """What a keyed commit returned the first time, from its recorded ``Committed``."""
+        event = self._app.mapper.to_domain_event(rows[0].stored)
+        if not isinstance(event, Committed):
+            raise InvalidInput(_KEY_REUSED)
+        return CommitResult(
+            status="completed",
+            archived=True,
+            archive_id=event.archive.archive_id,
+            message_ids=event.archive.message_ids,
+        )
 
     def _executor_for_commits(self) -> ThreadPoolExecutor:
         with self._inflight_lock:
@@ -1022,8 +1234,10 @@ class SessionLedger:
             try:
                 archive = self._summarise(pending)
                 self._record_commit(principal, pending, archive)
+            except _AlreadyRecorded as done:  # a racing retry with the same key landed first
+                return self._commit_recorded(done.rows)
             except Exception as error:
-                text = _error_text(error)
+                text = error_text(error)
                 self._record_failure(principal, pending, text)
                 return CommitResult(
                     status="failed",
@@ -1043,7 +1257,11 @@ class SessionLedger:
                 self._inflight.discard(pending.sid)
 
     def _summarise(self, pending: _PendingCommit) -> ArchiveSummary:
-        summary = self.summarizer.summarize(tuple(pending.messages))
+        summary = check_summary(
+            self._summarizer_call(self.summarizer.summarize, tuple(pending.messages)),
+            self.limits,
+            source="The summarizer",
+        )
         metadata = dict(summary.metadata)
         metadata["source_tokens"] = sum(m.tokens for m in pending.messages)
         if self.settings.entity_retention:
@@ -1075,6 +1293,33 @@ class SessionLedger:
             raise StoreUnavailable("archive store unavailable")
         return archive
 
+    def _summarizer_call(self, method: Callable[[Any], Summary], argument: Any) -> Summary:
+        """``method(argument)`` in a thread of its own, waited for at most
+        ``summarizer_timeout`` seconds: a summarizer that hangs fails the commit
+        instead of hanging it (and ``close()``) forever. Python cannot stop a
+        thread, so a hung call is abandoned (a daemon thread), not killed."""
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, method(argument)))
+            except BaseException as error:
+                outcome.append((False, error))
+
+        worker = threading.Thread(target=run, name="chatledger-summarizer", daemon=True)
+        worker.start()
+        worker.join(self.settings.summarizer_timeout)
+        if not outcome:
+            raise TimeoutError(
+                f"The summarizer did not answer within {self.settings.summarizer_timeout:g}s "
+                "(setting summarizer_timeout)."
+            )
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        result: Summary = value
+        return result
+
     def _record_commit(
         self, principal: Principal, pending: _PendingCommit, archive: ArchiveSummary
     ) -> None:
@@ -1089,7 +1334,7 @@ class SessionLedger:
                 )
             session.commit(archive, actor=principal, timestamp=now)
 
-        self._write(pending.sid, apply)
+        self._write(pending.sid, apply, idempotency_key=pending.idempotency_key)
 
     def _record_failure(self, principal: Principal, pending: _PendingCommit, text: str) -> None:
         def apply(session: Session) -> None:
@@ -1127,8 +1372,3 @@ class SessionLedger:
             turn_count=session.turn_count,
             should_compress=session.should_compress(self.settings.compress_threshold),
         )
-
-
-def _error_text(error: BaseException) -> str:
-    text = str(error).strip()
-    return text or type(error).__name__
