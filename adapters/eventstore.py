@@ -1146,7 +1146,8 @@ class EventStoreApplication(Application[UUID]):
         if newest:
             snapshot = newest[0]
             try:
-                session = self.mapper.to_domain_event(snapshot).mutate(None)
+                decoded: Any = self.mapper.to_domain_event(snapshot)  # a Session.Snapshot
+                session = decoded.mutate(None)
                 start = snapshot.originator_version - 1  # read its own event too: is it there?
             except Exception as error:  # any decoding problem: replay instead
                 logger.warning(

@@ -23,10 +23,10 @@ from chatledger.domain.timestamps import to_micros
 
 _new_stored = object.__new__
 _decode_json = json.JSONDecoder().decode  # str in: skips json.loads' encoding sniffing
-_ORIGINATOR_FIELDS = frozenset({"originator_id", "originator_version"})
+_ORIGINATOR_FIELDS: set[str] = {"originator_id", "originator_version"}
 # An event without an idempotency key stores no such field: the same bytes as
 # before keys existed, and nothing to pay on the hot path.
-_UNKEYED_FIELDS = _ORIGINATOR_FIELDS | {"idempotency_key"}
+_UNKEYED_FIELDS: set[str] = _ORIGINATOR_FIELDS | {"idempotency_key"}
 
 
 @dataclass(frozen=True)

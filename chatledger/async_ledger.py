@@ -1,32 +1,42 @@
 """``AsyncSessionLedger``: the same API for asyncio code, blocking I/O off the loop.
 
-Each call runs the synchronous ledger method in a worker thread
-(``asyncio.to_thread``); per-session locks inside the ledger keep one
-session's writes ordered while other sessions proceed in parallel.
+Every method is *bound* from ``SessionLedger``, not copied: ``_off_loop``
+turns a sync method into a coroutine function with the same name, signature
+and docstring that runs it in a worker thread (``asyncio.to_thread``), so a
+keyword added to the sync face is on the async face at once (a test checks
+the two surfaces and every signature are equal). Per-session locks inside the
+ledger keep one session's writes ordered while other sessions proceed in
+parallel. ``export`` is the one method written out: it is an async generator.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from datetime import datetime
-from typing import Any
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal, ToolCall
+from chatledger.domain.values import Principal
 from chatledger.ledger import SessionLedger
-from chatledger.results import (
-    AddedMessage,
-    ChainHead,
-    CommitResult,
-    CommitTask,
-    ContextView,
-    ImportResult,
-    LedgerEvent,
-    MergeResult,
-    SessionDiff,
-    SessionView,
-    VerifyReport,
-)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+SYNC_ONLY = frozenset({"close", "read_models"})
+"""Public names of ``SessionLedger`` the async face does not bind (``close`` is a coroutine
+here, ``read_models`` is the sync read-model object itself: use ``ledger.read_models``)."""
+
+
+def _off_loop(
+    method: Callable[Concatenate[SessionLedger, P], R],
+) -> Callable[Concatenate[AsyncSessionLedger, P], Coroutine[Any, Any, R]]:
+    """``method`` of the sync ledger as a coroutine function run in a worker thread."""
+
+    @functools.wraps(method)
+    async def call(self: AsyncSessionLedger, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(method, self.ledger, *args, **kwargs)
+
+    return call
 
 
 class AsyncSessionLedger:
@@ -35,206 +45,31 @@ class AsyncSessionLedger:
     def __init__(self, ledger: SessionLedger | None = None, /, **kwargs: Any) -> None:
         self.ledger = ledger if ledger is not None else SessionLedger(**kwargs)
 
-    async def add_message(
-        self,
-        principal: Principal,
-        key: str,
-        role: str,
-        content: str,
-        *,
-        name: str | None = None,
-        tool_call: ToolCall | Mapping[str, Any] | None = None,
-        message_id: str | None = None,
-        account_id: str | None = None,
-        context: ClientContext | None = None,
-    ) -> AddedMessage:
-        return await asyncio.to_thread(
-            self.ledger.add_message,
-            principal,
-            key,
-            role,
-            content,
-            name=name,
-            tool_call=tool_call,
-            message_id=message_id,
-            account_id=account_id,
-            context=context,
-        )
-
-    async def add_messages(
-        self,
-        principal: Principal,
-        key: str,
-        messages: Sequence[Mapping[str, Any] | Message],
-        *,
-        account_id: str | None = None,
-        context: ClientContext | None = None,
-    ) -> list[AddedMessage]:
-        return await asyncio.to_thread(
-            self.ledger.add_messages,
-            principal,
-            key,
-            messages,
-            account_id=account_id,
-            context=context,
-        )
-
-    async def get_or_create(
-        self,
-        principal: Principal,
-        key: str,
-        *,
-        context: ClientContext | None = None,
-        account_id: str | None = None,
-    ) -> tuple[SessionView, bool]:
-        return await asyncio.to_thread(
-            self.ledger.get_or_create, principal, key, context=context, account_id=account_id
-        )
-
-    async def close_session(
-        self, principal: Principal, key: str, *, account_id: str | None = None
-    ) -> SessionView:
-        return await asyncio.to_thread(
-            self.ledger.close_session, principal, key, account_id=account_id
-        )
-
-    async def evict(
-        self,
-        principal: Principal,
-        key: str,
-        *,
-        reason: EvictionReason = "admin",
-        idle_seconds: float | None = None,
-        account_id: str | None = None,
-    ) -> SessionView:
-        return await asyncio.to_thread(
-            self.ledger.evict,
-            principal,
-            key,
-            reason=reason,
-            idle_seconds=idle_seconds,
-            account_id=account_id,
-        )
-
-    async def session(
-        self,
-        principal: Principal,
-        key: str,
-        *,
-        at_version: int | None = None,
-        at_time: datetime | None = None,
-        account_id: str | None = None,
-    ) -> SessionView:
-        return await asyncio.to_thread(
-            self.ledger.session,
-            principal,
-            key,
-            at_version=at_version,
-            at_time=at_time,
-            account_id=account_id,
-        )
-
-    async def context(
-        self,
-        principal: Principal,
-        key: str,
-        token_budget: int = 128_000,
-        *,
-        at_version: int | None = None,
-        at_time: datetime | None = None,
-        account_id: str | None = None,
-    ) -> ContextView:
-        return await asyncio.to_thread(
-            self.ledger.context,
-            principal,
-            key,
-            token_budget,
-            at_version=at_version,
-            at_time=at_time,
-            account_id=account_id,
-        )
-
-    async def commit(
-        self, principal: Principal, key: str, *, wait: bool = True, account_id: str | None = None
-    ) -> CommitResult:
-        return await asyncio.to_thread(
-            self.ledger.commit, principal, key, wait=wait, account_id=account_id
-        )
-
-    async def commit_snapshot(
-        self,
-        principal: Principal,
-        key: str,
-        message_ids: Sequence[str],
-        *,
-        wait: bool = True,
-        account_id: str | None = None,
-    ) -> CommitResult:
-        return await asyncio.to_thread(
-            self.ledger.commit_snapshot,
-            principal,
-            key,
-            message_ids,
-            wait=wait,
-            account_id=account_id,
-        )
-
-    async def task(self, task_id: str) -> CommitTask | None:
-        return self.ledger.task(task_id)
-
-    async def merge_archives(
-        self,
-        principal: Principal,
-        key: str,
-        *,
-        threshold: int | None = None,
-        max_count: int | None = None,
-        account_id: str | None = None,
-    ) -> MergeResult:
-        return await asyncio.to_thread(
-            self.ledger.merge_archives,
-            principal,
-            key,
-            threshold=threshold,
-            max_count=max_count,
-            account_id=account_id,
-        )
-
-    async def history(
-        self, principal: Principal, key: str, *, account_id: str | None = None
-    ) -> list[LedgerEvent]:
-        return await asyncio.to_thread(self.ledger.history, principal, key, account_id=account_id)
-
-    async def diff(
-        self,
-        principal: Principal,
-        key: str,
-        from_version: int,
-        to_version: int,
-        *,
-        account_id: str | None = None,
-    ) -> SessionDiff:
-        return await asyncio.to_thread(
-            self.ledger.diff, principal, key, from_version, to_version, account_id=account_id
-        )
-
-    async def fork(
-        self,
-        principal: Principal,
-        key: str,
-        at_version: int,
-        new_key: str,
-        *,
-        account_id: str | None = None,
-    ) -> SessionView:
-        return await asyncio.to_thread(
-            self.ledger.fork, principal, key, at_version, new_key, account_id=account_id
-        )
-
-    async def verify(
-        self, principal: Principal, key: str | None = None, *, anchors: Iterable[ChainHead] = ()
-    ) -> VerifyReport:
-        return await asyncio.to_thread(self.ledger.verify, principal, key, anchors=anchors)
+    # writes
+    add_message = _off_loop(SessionLedger.add_message)
+    add_messages = _off_loop(SessionLedger.add_messages)
+    commit = _off_loop(SessionLedger.commit)
+    commit_snapshot = _off_loop(SessionLedger.commit_snapshot)
+    merge_archives = _off_loop(SessionLedger.merge_archives)
+    get_or_create = _off_loop(SessionLedger.get_or_create)
+    close_session = _off_loop(SessionLedger.close_session)
+    evict = _off_loop(SessionLedger.evict)
+    fork = _off_loop(SessionLedger.fork)
+    import_ = _off_loop(SessionLedger.import_)
+    # reads and time travel
+    session = _off_loop(SessionLedger.session)
+    context = _off_loop(SessionLedger.context)
+    history = _off_loop(SessionLedger.history)
+    diff = _off_loop(SessionLedger.diff)
+    verify = _off_loop(SessionLedger.verify)
+    task = _off_loop(SessionLedger.task)
+    # read models
+    working_set = _off_loop(SessionLedger.working_set)
+    archives = _off_loop(SessionLedger.archives)
+    audit = _off_loop(SessionLedger.audit)
+    usage = _off_loop(SessionLedger.usage)
+    evict_idle = _off_loop(SessionLedger.evict_idle)
+    wait_for_projections = _off_loop(SessionLedger.wait_for_projections)
 
     async def export(self, principal: Principal, key: str | None = None) -> AsyncIterator[str]:
         """The export's lines, read in a worker thread as they are consumed."""
@@ -242,10 +77,8 @@ class AsyncSessionLedger:
         while (line := await asyncio.to_thread(next, lines, None)) is not None:
             yield line
 
-    async def import_(self, lines: Iterable[str]) -> ImportResult:
-        return await asyncio.to_thread(self.ledger.import_, lines)
-
     async def close(self) -> None:
+        """Finish running commits, then release the database (in a worker thread)."""
         await asyncio.to_thread(self.ledger.close)
 
     async def __aenter__(self) -> AsyncSessionLedger:

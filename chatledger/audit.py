@@ -160,8 +160,8 @@ def _check_replay(ledger: SessionLedger, rows: list[ChainRow]) -> tuple[int, Bro
     raw = app.snapshot_rows(sid)
     last = rows[-1].version
     stored: dict[int, Any] = {}
-    for snapshot in raw:
-        version = snapshot.originator_version
+    for raw_snapshot in raw:
+        version = raw_snapshot.originator_version
         problem = None
         if version > last:
             problem = (
@@ -171,7 +171,7 @@ def _check_replay(ledger: SessionLedger, rows: list[ChainRow]) -> tuple[int, Bro
             )
         else:
             try:
-                stored[version] = app.mapper.to_domain_event(snapshot)
+                stored[version] = app.mapper.to_domain_event(raw_snapshot)
             except Exception as error:
                 problem = (
                     "snapshot cannot be decoded",
@@ -179,10 +179,10 @@ def _check_replay(ledger: SessionLedger, rows: list[ChainRow]) -> tuple[int, Bro
                     f"{type(error).__name__}: {error}"[:300],
                 )
         if problem is not None:
-            reason, expected, found = problem
+            reason, wanted, found = problem
             return len(raw), BrokenLink(
                 session_id=sid, version=version, position=None, reason=reason,
-                expected=expected, found=found,
+                expected=wanted, found=found,
             )  # fmt: skip
     session: Session | None = None
     for row in rows:
@@ -225,7 +225,7 @@ def _check_replay(ledger: SessionLedger, rows: list[ChainRow]) -> tuple[int, Bro
         snapshot = stored.get(row.version)
         if snapshot is not None:
             replayed = session.to_state()
-            if snapshot.state != replayed:  # type: ignore[attr-defined]
+            if snapshot.state != replayed:
                 return len(stored), BrokenLink(
                     session_id=sid,
                     version=row.version,

@@ -267,7 +267,7 @@ class Session(BaseAggregate[UUID]):
         """Mark the write in progress with the caller's idempotency key: its first event
         (pending already, as a creation, or the next one triggered) carries it."""
         if self._pending_events:
-            first = self._pending_events[0]
+            first: Any = self._pending_events[0]  # a SessionEvent (a frozen pydantic model)
             self._pending_events[0] = first.model_copy(update={"idempotency_key": idempotency_key})
         else:
             self._write_key = idempotency_key

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from chatledger import AsyncSessionLedger, SessionLedger
+from chatledger.async_ledger import SYNC_ONLY
 from support import ALICE
 
 
@@ -76,3 +78,27 @@ def test_async_inspection_methods(
         await copy.close()
 
     asyncio.run(scenario())
+
+
+def _public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in inspect.getmembers(cls)
+        if not name.startswith("_") and callable(member) and not isinstance(member, type)
+    }
+
+
+def test_the_async_face_has_every_sync_method_with_the_same_signature() -> None:
+    """AsyncSessionLedger's public methods and their parameters equal SessionLedger's."""
+    sync = _public_methods(SessionLedger)
+    async_ = _public_methods(AsyncSessionLedger)
+    assert set(sync) - SYNC_ONLY == set(async_) - {"close"}
+    for name, signature in async_.items():
+        if name in sync:
+            assert list(signature.parameters.values()) == list(sync[name].parameters.values()), name
+    assert all(
+        inspect.iscoroutinefunction(getattr(AsyncSessionLedger, name))
+        for name in async_
+        if name != "export"
+    )
+    assert inspect.isasyncgenfunction(AsyncSessionLedger.export)
