@@ -74,7 +74,7 @@ APPEND_CHANNEL = "chatledger_events"
 """PostgreSQL channel notified after appends (see ``append_channel``)."""
 _KEPT_HEADS = 10_000  # chain heads of sessions this process appended to
 _KEPT_IDLE = 8  # idle connections kept for the next appends
-_NOTIFY_GAP = 0.005  # seconds: at most one notification per gap while appends keep coming
+_NOTIFY_GAP = 0.02  # seconds: at most one notification per gap while appends keep coming
 _IMPORT_CHUNK = 5000  # rows per statement of an import
 
 Head = tuple[int, bytes, int]

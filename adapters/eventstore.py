@@ -13,7 +13,7 @@ time: one long-lived writer per process, one autocommitted INSERT per event
 position (``id``) itself is the log order. PostgreSQL appends concurrently
 (``chatledger.adapters.append_postgres``): positions come from a sequence,
 every row records the transaction that wrote it (``tx_id``), and the log
-order is ``(tx_id, id)``, final below the oldest transaction still running
+order is ``(tx_id, id)``, final below the oldest writer still running
 (see ``LogCursor`` and ``chatledger.adapters.projector``). Version conflicts
 surface as the library's ``IntegrityError``; other driver errors as its
 ``OperationalError`` / ``DatabaseError`` (translated to ``chatledger.errors``
@@ -239,14 +239,15 @@ class LogCursor(NamedTuple):
     On PostgreSQL appends run concurrently and commit in any order, so a
     position says nothing about when its row became visible. What is known:
     every row records its transaction id, transaction ids are handed out in
-    time order, and once every transaction below some id X has ended no row
-    with ``tx < X`` can ever appear again. The projector therefore reads
-    only rows with ``tx`` below ``pg_snapshot_xmin`` (the oldest transaction
-    still running) in ``(tx, position)`` order: that prefix of the log is
-    final, so applying it in order never skips, and never reorders, an
-    event. Within one session the order is the version order: version
-    ``v + 1`` is written after version ``v`` was seen committed, so it
-    draws both a later transaction id and a later position.
+    time order, and once every writer below some id X has ended no row with
+    ``tx < X`` can ever appear again. The projector therefore reads only rows
+    with ``tx`` below that horizon -- the oldest running transaction that
+    holds a lock on the events table (``EventLog.horizon``) -- in ``(tx,
+    position)`` order: that prefix of the log is final, so applying it in
+    order never skips, and never reorders, an event. Within one session the
+    order is the version order: version ``v + 1`` is written after version
+    ``v`` was seen committed, so it draws both a later transaction id and a
+    higher position.
     """
 
     tx: int

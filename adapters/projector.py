@@ -18,11 +18,11 @@ Following "everything after my cursor" must never miss an event committed
 late. On SQLite positions are assigned in commit order (``BEGIN
 IMMEDIATE``), so once position N is visible nothing below it can still
 appear. On PostgreSQL writers append concurrently and commit in any order;
-the log reads only rows whose transaction is older than every transaction
-still running (``pg_snapshot_xmin``), the prefix of the log that nothing can
-join any more, so a transaction left open delays the read models but never
-makes them skip an event (``LogCursor`` has the argument). Nothing here
-imports the package face; errors leave as ``chatledger.errors``.
+the log reads only rows whose transaction is older than every writer still
+running (``EventLog.horizon``), the prefix of the log that nothing can join
+any more, so an append left open delays the read models but never makes
+them skip an event (``LogCursor`` has the argument). Nothing here imports
+the package face; errors leave as ``chatledger.errors``.
 """
 
 from __future__ import annotations
@@ -95,8 +95,19 @@ RETIRED_TABLES: dict[str, tuple[str, ...]] = {
 }
 REBUILD_SPAN = 1_000_000  # events per rebuild transaction, read models next to the ledger
 REBUILD_SPAN_STAGED = 50_000  # ... in another database (facts copied through Python)
-_FINAL = "tx_id < pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
-"""PostgreSQL: rows of transactions older than every running one, a prefix nothing can join."""
+_HORIZON = f"""
+SELECT LEAST(
+    pg_snapshot_xmax(pg_current_snapshot()),
+    (SELECT MIN(x) FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE x::xid IN (
+        SELECT w.transactionid FROM pg_locks AS t JOIN pg_locks AS w
+            ON w.virtualtransaction = t.virtualtransaction AND w.locktype = 'transactionid'
+        WHERE t.locktype = 'relation' AND t.relation = '{events_table.name}'::regclass
+            AND t.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    ))
+)::text::bigint
+"""
+"""PostgreSQL: the log's horizon -- no transaction below it can still add an event (see
+``EventLog.horizon``)."""
 
 
 @contextmanager
@@ -115,8 +126,8 @@ def store_errors(action: str) -> Iterator[None]:
 class EventLog:
     """The ledger's notification log: spans, their fact rows, their archive events.
 
-    On PostgreSQL (``by_transaction``) every read of the log stops below the
-    oldest running transaction (``_FINAL``), so what it returns is final.
+    On PostgreSQL (``by_transaction``) every read of the log stops below its
+    horizon (``horizon``), so what it returns is final.
     """
 
     def __init__(self, engine: Engine, mapper: Mapper[UUID]) -> None:
@@ -140,15 +151,37 @@ class EventLog:
 
     def _last(self, *, final: bool) -> LogCursor:
         t = events_table
-        if self.by_transaction:
-            query = select(t.c.tx_id, t.c.id).order_by(t.c.tx_id.desc(), t.c.id.desc()).limit(1)
-            if final:
-                query = query.where(text(_FINAL))
-        else:
-            query = select(literal(0), t.c.id).order_by(t.c.id.desc()).limit(1)
         with store_errors("read the event log"), self.engine.connect() as connection:
-            row = connection.execute(query).first()
+            if self.by_transaction:
+                query = select(t.c.tx_id, t.c.id).order_by(t.c.tx_id.desc(), t.c.id.desc())
+                if final:
+                    query = query.where(t.c.tx_id < self.horizon(connection))
+            else:
+                query = select(literal(0), t.c.id).order_by(t.c.id.desc())
+            row = connection.execute(query.limit(1)).first()
         return LOG_START if row is None else LogCursor(int(row[0]), int(row[1]))
+
+    def horizon(self, connection: Connection) -> int:
+        """PostgreSQL: a transaction id below which the log is final (``LogCursor``).
+
+        Rows of a transaction still running are invisible, and it may still
+        commit rows that sort before visible ones; every later read must
+        therefore stop below the oldest such transaction. Only transactions
+        that lock the events table can add rows to it, and every writer takes
+        that lock (its INSERT, or ``LOCK TABLE``) before it is given a
+        transaction id -- chatledger's appends and imports are single-purpose
+        transactions -- so the horizon is the oldest running transaction that
+        holds (or awaits) a lock on the table, or, with none, the snapshot's
+        ``xmax`` (every transaction below it has ended). A transaction that
+        writes elsewhere first and only then inserts into the events table by
+        hand breaks that rule and could be overtaken. Transactions of other
+        tables, schemas or databases never hold the read models back.
+
+        It is taken in a statement of its own, before the rows are read in
+        another (each gets a fresh snapshot): a transaction that ended in
+        between is visible to the read, which is what makes the bound safe.
+        """
+        return int(connection.exec_driver_sql(_HORIZON).scalar_one())
 
     def cursor_of(self, position: int) -> LogCursor | None:
         """The place in the log of the event at ``position`` (None: no such event visible)."""
@@ -178,15 +211,16 @@ class EventLog:
         return (0, after) if not count else (int(count), LogCursor(0, int(last)))
 
     def _final_span(self, after: LogCursor, limit: int) -> tuple[int, LogCursor]:
-        # One statement, so the rows and the oldest running transaction come from
-        # one snapshot: every row it counts is committed, and nothing can join them.
         sql = (
             f"WITH s AS (SELECT tx_id, id FROM {events_table.name} "
-            f"WHERE (tx_id, id) > (%s, %s) AND {_FINAL} ORDER BY tx_id, id LIMIT %s) "
+            "WHERE (tx_id, id) > (%s, %s) AND tx_id < %s ORDER BY tx_id, id LIMIT %s) "
             "SELECT (SELECT COUNT(*) FROM s), tx_id, id FROM s ORDER BY tx_id DESC, id DESC LIMIT 1"
         )
         with store_errors("read the event log"), self.engine.connect() as connection:
-            row = connection.exec_driver_sql(sql, (after.tx, after.position, limit)).first()
+            horizon = self.horizon(connection)  # first: see horizon()
+            row = connection.exec_driver_sql(
+                sql, (after.tx, after.position, horizon, limit)
+            ).first()
         return (0, after) if row is None else (int(row[0]), LogCursor(int(row[1]), int(row[2])))
 
     def _where(self, mark: str) -> str:
@@ -508,8 +542,8 @@ class Projector:
     ) -> int:
         """Apply every pending event to every read model; returns how many events were read.
 
-        On PostgreSQL an event committed while an older transaction is still
-        open joins the log only when that transaction ends (``LogCursor``).
+        On PostgreSQL an event committed while an older writer is still open
+        joins the log only when that writer ends (``LogCursor``).
         With ``settle`` > 0, events already committed when this call began
         are waited for, up to ``settle`` seconds, so that they are applied on
         return unless such a transaction stays open longer; events committed
@@ -529,7 +563,7 @@ class Projector:
             if count == 0:
                 if target is None or self._reached(target) or time.monotonic() >= deadline:
                     break
-                time.sleep(pause)  # an older transaction is still open: it ends soon, mostly
+                time.sleep(pause)  # an older writer is still open: it ends soon, mostly
                 pause = min(pause * 2, 0.05)
                 continue
             pause = 0.001

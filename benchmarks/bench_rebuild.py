@@ -163,8 +163,7 @@ def bench_latency(url: str, samples: int) -> None:
                 time.sleep(rng.uniform(0, 2 * cap))  # the follower is somewhere in its back-off
                 position = writer.add_message(PRINCIPALS[0], "latency", "user", f"m{n}").position
                 started = time.perf_counter()
-                while min(models._projector._positions_seen.values() or [0]) < position:
-                    time.sleep(0.0005)
+                assert models._projector.wait(position, 5), "the follower never applied it"
                 delays.append((time.perf_counter() - started) * 1000)
             models.close()
         delays.sort()

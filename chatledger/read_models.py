@@ -238,11 +238,10 @@ class ReadModels:
     def catch_up(self, *, progress: Progress | None = None) -> int:
         """Apply every event recorded so far to every read model; returns how many were read.
 
-        On PostgreSQL an event committed while an older transaction (of any
-        writer, or anything else writing in the database server) is still
-        open can be applied only once that transaction ends, so that no
-        event is ever skipped; this waits for such transactions up to the
-        ledger's ``busy_timeout``, then returns with what could be applied.
+        On PostgreSQL an event committed while an older writer of the ledger
+        is still open can be applied only once that writer ends, so that no
+        event is ever skipped; this waits for such writers up to the ledger's
+        ``busy_timeout``, then returns with what could be applied.
         """
         return self._projector.catch_up(progress=progress, settle=self._settle)
 

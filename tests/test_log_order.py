@@ -282,28 +282,42 @@ def test_concurrent_writers_and_a_follower_apply_every_event_once_in_log_order_h
     _hammer(make_ledger, database_url, backend, threads=16, stragglers=4, processes=4, each=80)
 
 
-# --------------------------------------------------- a transaction left open
+# ----------------------------------------------------- transactions left open
 @pytest.fixture
-def other_transaction(database_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """A connection to the test's database, in a transaction that holds a transaction id."""
+def open_transaction(database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to the test's schema, in a transaction that holds a transaction id."""
     from sqlalchemy.engine import make_url
 
     parsed = make_url(database_url)
+    schema = database_url.rsplit("search_path%3D", 1)[-1].split("&", 1)[0]
     with psycopg.connect(
         f"host={parsed.host} port={parsed.port or 5432} dbname={parsed.database} "
-        f"user={parsed.username}"
+        f"user={parsed.username} options=-csearch_path={schema}"
     ) as connection:
         connection.execute("SELECT pg_current_xact_id()")  # what any writing transaction holds
         yield connection
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)  # SQLite has one writer
-def test_a_transaction_left_open_elsewhere_delays_the_read_models_but_never_breaks_them(
-    make_ledger: Callable[..., SessionLedger], other_transaction: psycopg.Connection[Any]
+def test_a_transaction_open_elsewhere_never_holds_the_read_models_back(
+    make_ledger: Callable[..., SessionLedger], open_transaction: psycopg.Connection[Any]
 ) -> None:
-    """Events committed after an older open transaction wait for it; then all are applied."""
+    """A writing transaction that never touched the events table does not delay anything."""
+    ledger = make_ledger()
+    with ReadModels(ledger) as models:
+        added = [ledger.add_message(ALICE, "a", "user", f"while open {n}") for n in range(3)]
+        assert models._projector.catch_up() == 4  # no waiting: it cannot add an event
+        models.wait_for_projections(added[-1].position, timeout=1)
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_a_writer_left_open_delays_the_read_models_but_never_breaks_them(
+    make_ledger: Callable[..., SessionLedger], open_transaction: psycopg.Connection[Any]
+) -> None:
+    """A writer idle in its transaction holds back events committed after it; then all apply."""
     ledger = make_ledger()
     models = ReadModels(ledger, poll_interval=0.01)
+    open_transaction.execute("LOCK TABLE chatledger_events IN ROW EXCLUSIVE MODE")
     try:
         before = models.positions()
         added = [ledger.add_message(ALICE, "a", "user", f"during {n}") for n in range(3)]
@@ -316,13 +330,13 @@ def test_a_transaction_left_open_elsewhere_delays_the_read_models_but_never_brea
         assert models.positions() == before  # the follower waits too, without an error
         assert models.last_error is None
         models.stop()
-        # catch_up() waits for the open transaction (up to busy_timeout), then applies all.
+        # catch_up() waits for the open writer (up to busy_timeout), then applies all.
         caught: list[int] = []
         catching = threading.Thread(target=lambda: caught.append(models.catch_up()))
         catching.start()
         time.sleep(0.3)
         assert catching.is_alive() and caught == []
-        other_transaction.rollback()
+        open_transaction.rollback()
         catching.join(timeout=10)
         assert caught == [6]  # two Started, four messages
         models.wait_for_projections(added[-1].position, timeout=1)
@@ -335,15 +349,16 @@ def test_a_transaction_left_open_elsewhere_delays_the_read_models_but_never_brea
 
 
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_catch_up_gives_up_waiting_for_a_transaction_after_busy_timeout(
-    make_ledger: Callable[..., SessionLedger], other_transaction: psycopg.Connection[Any]
+def test_catch_up_gives_up_waiting_for_a_writer_after_busy_timeout(
+    make_ledger: Callable[..., SessionLedger], open_transaction: psycopg.Connection[Any]
 ) -> None:
-    """A transaction open longer than busy_timeout: catch_up returns with what is final."""
+    """A writer open longer than busy_timeout: catch_up returns with what is final."""
     ledger = make_ledger(busy_timeout=0.5)
     with ReadModels(ledger) as models:
+        open_transaction.execute("LOCK TABLE chatledger_events IN ROW EXCLUSIVE MODE")
         ledger.add_message(ALICE, "a", "user", "during")
         started = time.monotonic()
         assert models.catch_up() == 0
         assert 0.4 < time.monotonic() - started < 5
-        other_transaction.rollback()
+        open_transaction.rollback()
         assert models.catch_up() == 2

@@ -690,11 +690,12 @@ def test_the_projector_never_skips_past_a_writer_still_committing(
             ),
         )
     else:
-        # PostgreSQL's append itself, held before its commit: numbered and chained,
-        # then inserted in a transaction left open.
+        # PostgreSQL's append itself, held before its commit: numbered and chained
+        # (a transaction of its own, as always), then inserted in one left open.
         appender = ledger._app.event_recorder._postgres
         assert appender is not None
         numbered = appender.number(cursor, [row])
+        raw.commit()
         (held_position,) = numbered.positions
         appender.insert(cursor, numbered)
     later: list[int] = []
