@@ -11,13 +11,14 @@ are the only contention:
    previous event; then compute the chained hashes here, so that the chain
    covers the position exactly as on SQLite. In the common case -- one event
    of a session this process appended to last -- both are already at hand:
-   the head is remembered from that append, and the position is the spare
-   one the connection's previous insert drew. Otherwise one statement, no
+   the head is remembered from that append, and the position is one of the
+   spare ones the connection drew earlier. Otherwise one statement, no
    transaction, draws the positions and reads the predecessor's hash.
 2. **Write** (one round trip, one autocommitted statement): insert every
-   event (several in one statement, through ``unnest``); a single insert
-   also draws the connection's next spare position. The row's ``tx_id`` is
-   filled in by the column default (``pg_current_xact_id()``).
+   event (several in one statement, through ``unnest``); when the
+   connection's spare positions run low, a single insert also draws the
+   next ``_SPARES`` of them. The row's ``tx_id`` is filled in by the column
+   default (``pg_current_xact_id()``).
 3. **Wake the projectors**, after the commit and off the writer's path: a
    thread of this appender sends ``NOTIFY`` on the projectors' channel, in a
    transaction of its own. Not in the append's transaction: PostgreSQL
@@ -35,8 +36,8 @@ Why the log order stays right without the lock (``eventstore.LogCursor``
 says what the projector does with ``tx_id``): version ``v + 1`` of a session
 is only ever written after version ``v`` was seen committed -- read in step
 1's snapshot, or remembered from this process's own committed append -- and
-gets a position above ``v``'s (drawn after it, or a spare checked to be
-above it) and a transaction id drawn later than ``v``'s. Two writers of one
+gets a position above ``v``'s (drawn after it, or a spare one checked to
+be above it) and a transaction id drawn later than ``v``'s. Two writers of one
 session are kept apart by the unique (session, version) index: the loser
 gets the library's ``IntegrityError``, as does an append from a stale
 remembered head, and ``SessionLedger`` reloads and retries. Drawn positions
@@ -76,6 +77,7 @@ _KEPT_HEADS = 10_000  # chain heads of sessions this process appended to
 _KEPT_IDLE = 8  # idle connections kept for the next appends
 _NOTIFY_GAP = 0.02  # seconds: at most one notification per gap while appends keep coming
 _IMPORT_CHUNK = 5000  # rows per statement of an import
+_SPARES = 16  # positions a connection draws ahead, with one of its inserts
 
 Head = tuple[int, bytes, int]
 """A session's newest event as this process appended it: (version, hash, position)."""
@@ -91,12 +93,12 @@ class Numbered:
 
 
 class _Writer:
-    """One of the appender's connections, its cursor, and the spare position it drew."""
+    """One of the appender's connections, its cursor, and the spare positions it drew."""
 
     def __init__(self, fairy: Any) -> None:
         self.fairy = fairy
         self.cursor: Any = fairy.dbapi_connection.cursor()
-        self.spare: int | None = None
+        self.spares: list[int] = []  # ascending, not used yet
 
     def discard(self) -> None:
         self.fairy.invalidate()
@@ -122,8 +124,11 @@ class PostgresAppender:
         names = ", ".join(c.name for c in columns)
         draw = f"nextval('{sequence.name}')"
         self._sql_insert_one = (
-            f"INSERT INTO {name} ({names}) VALUES ({', '.join(['%s'] * len(columns))}) "
-            f"RETURNING {draw}"
+            f"INSERT INTO {name} ({names}) VALUES ({', '.join(['%s'] * len(columns))})"
+        )
+        self._sql_insert_one_drawing = (
+            f"{self._sql_insert_one} RETURNING ARRAY(SELECT {draw} FROM generate_series(1, "
+            f"{_SPARES}))"
         )
         arrays = ", ".join(f"%s::{c.type.compile(dialect=engine.dialect)}[]" for c in columns)
         self._sql_insert_many = f"INSERT INTO {name} ({names}) SELECT * FROM unnest({arrays})"
@@ -143,7 +148,6 @@ class PostgresAppender:
     # ---------------------------------------------------------------- append
     def append(self, rows: Sequence[StoredEvent]) -> list[int]:
         """Append ``rows`` atomically (one statement); return their positions."""
-        streams = {_uuid(row.originator_id).int for row in rows}
         writer, reused = self._take()
         try:
             try:
@@ -157,17 +161,18 @@ class PostgresAppender:
                 writer, reused = self._take(fresh=True)
                 numbered = self._number(writer, rows)
             try:
-                writer.spare = self.insert(writer.cursor, numbered)
+                drawn = self.insert(writer.cursor, numbered, draw=len(writer.spares) < 2)
             except self.dbapi.Error as error:
                 if _lost(writer.fairy.dbapi_connection, error):
                     # The statement commits by itself: it may have, before the answer was lost.
                     raise OutcomeUnknown(str(error)) from error
                 raise
+            writer.spares.extend(drawn)
         except (self.dbapi.IntegrityError, IntegrityError) as error:
             # Another writer of the session got there first, or a remembered head or
             # spare position was stale: the caller reloads and retries.
-            self._forget(streams)
-            writer.spare = None
+            self._forget(rows)
+            writer.spares.clear()
             self._give(writer)
             if isinstance(error, IntegrityError):
                 raise
@@ -175,7 +180,7 @@ class PostgresAppender:
         except BaseException as error:
             # The connection's state is unknown (the insert may even have committed):
             # drop it, and the heads of these sessions with it.
-            self._forget(streams)
+            self._forget(rows)
             writer.discard()
             if isinstance(error, self.dbapi.Error):
                 raise _translate(self.dbapi, error) from error
@@ -187,16 +192,18 @@ class PostgresAppender:
 
     def _number(self, writer: _Writer, rows: Sequence[StoredEvent]) -> Numbered:
         """Step 1 without a round trip when the head and a spare position are at hand."""
-        spare, writer.spare = writer.spare, None
-        if spare is not None and len(rows) == 1:
+        spares = writer.spares
+        if spares and len(rows) == 1:
             row = rows[0]
             oid = _uuid(row.originator_id)
             with self._lock:
                 head = self._heads.get(oid.int)
             version = row.originator_version
-            if version == 1 or (head is not None and head[0] == version - 1 and head[2] < spare):
+            if version == 1 or (
+                head is not None and head[0] == version - 1 and head[2] < spares[0]
+            ):
                 previous = {} if head is None else {(oid.int, head[0]): head[1]}
-                return self._chain(rows, [spare], previous)
+                return self._chain(rows, [spares.pop(0)], previous)
         return self.number(writer.cursor, rows)
 
     def number(self, cursor: Any, rows: Sequence[StoredEvent]) -> Numbered:
@@ -269,15 +276,18 @@ class PostgresAppender:
             heads[oid.int] = (version, digest, position)
         return Numbered(values, positions, heads)
 
-    def insert(self, cursor: Any, numbered: Numbered) -> int | None:
-        """Step 2: insert the numbered rows in one statement; returns a spare position drawn
-        by a single insert for the next one, if any."""
+    def insert(self, cursor: Any, numbered: Numbered, *, draw: bool = False) -> list[int]:
+        """Step 2: insert the numbered rows in one statement; with ``draw``, a single insert
+        also draws spare positions for the next appends (returned)."""
         rows = numbered.rows
-        if len(rows) == 1:
+        if len(rows) > 1:
+            cursor.execute(self._sql_insert_many, _columns(rows))
+        elif draw:
+            cursor.execute(self._sql_insert_one_drawing, rows[0])
+            return sorted(int(p) for p in cursor.fetchone()[0])
+        else:
             cursor.execute(self._sql_insert_one, rows[0])
-            return int(cursor.fetchone()[0])
-        cursor.execute(self._sql_insert_many, _columns(rows))
-        return None
+        return []
 
     # ---------------------------------------------------------------- import
     def insert_exported(self, rows: Sequence[ChainRow], facts: Sequence[StoredFacts]) -> None:
@@ -321,7 +331,7 @@ class PostgresAppender:
         with self._lock:
             self._heads.clear()
             for idle in self._idle:
-                idle.spare = None  # drawn before the sequence moved: may be taken
+                idle.spares.clear()  # drawn before the sequence moved: may be taken
 
     # ----------------------------------------------------------- connections
     def _take(self, *, fresh: bool = False) -> tuple[_Writer, bool]:
@@ -378,10 +388,10 @@ class PostgresAppender:
             while len(self._heads) > _KEPT_HEADS:
                 self._heads.popitem(last=False)
 
-    def _forget(self, streams: set[int]) -> None:
+    def _forget(self, rows: Sequence[StoredEvent]) -> None:
         with self._lock:
-            for stream in streams:
-                self._heads.pop(stream, None)
+            for row in rows:
+                self._heads.pop(_uuid(row.originator_id).int, None)
 
 
 class _Notifier:

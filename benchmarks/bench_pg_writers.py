@@ -7,11 +7,13 @@ by default -- in a database of its own, created and dropped by the run):
 * ``ledger``: each writer process opens a ``SessionLedger`` and calls
   ``add_message(p, key, "user", <~100 chars>)`` round-robin over
   ``--sessions`` sessions of its own (created untimed, so they are loaded).
-* ``raw``: each writer process runs one autocommitted ``INSERT`` of a similar
-  row (~300-byte state, a 32-byte hash) per transaction, on one psycopg
-  connection, into a plain table with the events table's kind of keys: a
-  primary key and a unique (session, version) index. One statement, one
-  round trip: the fastest way to make one row one transaction.
+* ``raw``: each writer process runs one autocommitted ``INSERT`` per
+  transaction, on one psycopg connection, of a row shaped like the ledger's
+  (the same columns and values: a ~300-byte state, a 32-byte hash, the
+  stored facts; the position from a sequence) into a plain table made with
+  ``CREATE TABLE ... (LIKE chatledger_events INCLUDING ALL)`` -- the same
+  keys and indexes, no ledger around it. One statement, one round trip: the
+  fastest way to make one such row one transaction.
 
 Writers are long-lived processes, released together at a common start time;
 each counts what it committed in ``--seconds`` seconds. Every round runs every
@@ -45,11 +47,16 @@ from multiprocessing.connection import Connection
 from common import console, provenance
 from rich.table import Table
 
+from chatledger.adapters.eventstore import events_table
+from chatledger.projections.facts import StoredFacts
+
 TARGET_SCALING = 0.8
 TARGET_ONE_WRITER = 0.5
 LEDGER = "ledger"
 RAW = "raw"
 STATE_BYTES = 300
+RAW_COLUMNS = tuple(c.name for c in events_table.columns if c.name != "tx_id")
+"""Every column of the events table but tx_id, which its default fills in."""
 
 
 def content(i: int) -> str:
@@ -86,9 +93,17 @@ def writer(index: int, url: str, sessions: int, pipe: Connection) -> None:
     digest = os.urandom(32)
     topic = "chatledger.domain.events:MessageAdded"
     originator = uuid.uuid4()
+    facts = StoredFacts(
+        event_type="MessageAdded", tenant="bench", session_key=f"raw-{index}",
+        actor_account="bench", actor_user=f"u{index}", actor_agent="bench",
+        actor_role="member", trace_id="", message_count=1, pending_tokens=25, turn_count=1,
+        commit_count=0, archive_count=0, last_commit_us=None, status="live", tool_name=None,
+        tool_status=None, prompt_tokens=0, completion_tokens=0,
+        summary="user message m1 (25 tokens)", idempotency_key=None,
+    )  # fmt: skip
     insert = (
-        "INSERT INTO bench_raw (id, originator_id, originator_version, topic, state, "
-        "timestamp_us, hash) VALUES (nextval('bench_raw_id'), %s, %s, %s, %s, %s, %s)"
+        f"INSERT INTO bench_raw ({', '.join(RAW_COLUMNS)}) VALUES (nextval('bench_raw_id'), "
+        f"{', '.join(['%s'] * (len(RAW_COLUMNS) - 1))})"
     )
     version = 0
     n = 0
@@ -114,7 +129,8 @@ def writer(index: int, url: str, sessions: int, pipe: Connection) -> None:
             while True:
                 version += 1
                 raw.execute(
-                    insert, (originator, version, topic, state, time.time_ns() // 1000, digest)
+                    insert,
+                    (originator, version, topic, state, time.time_ns() // 1000, digest, *facts),
                 )
                 if time.time() > deadline:
                     break
@@ -150,12 +166,7 @@ def prepare(url: str) -> None:
     SessionLedger(url).close()
     with psycopg.connect(_conninfo(url), autocommit=True) as connection:
         connection.execute("CREATE SEQUENCE bench_raw_id")
-        connection.execute(
-            "CREATE TABLE bench_raw (id BIGINT PRIMARY KEY, originator_id UUID NOT NULL, "
-            "originator_version BIGINT NOT NULL, topic TEXT NOT NULL, state BYTEA NOT NULL, "
-            "timestamp_us BIGINT NOT NULL, hash BYTEA NOT NULL, "
-            "UNIQUE (originator_id, originator_version))"
-        )
+        connection.execute("CREATE TABLE bench_raw (LIKE chatledger_events INCLUDING ALL)")
 
 
 def measure(

@@ -126,18 +126,20 @@ def _connection_lost_at_commit(*, after_commit: bool) -> Iterator[list[int]]:
     real_insert = PostgresAppender.insert
     fired: list[int] = []
 
-    def insert(appender: PostgresAppender, cursor: Any, numbered: Any) -> int | None:
+    def insert(
+        appender: PostgresAppender, cursor: Any, numbered: Any, *, draw: bool = False
+    ) -> list[int]:
         if fired:
-            return real_insert(appender, cursor, numbered)
+            return real_insert(appender, cursor, numbered, draw=draw)
         connection = cursor.connection
         fired.append(connection.info.backend_pid)
         if after_commit:
-            real_insert(appender, cursor, numbered)
+            real_insert(appender, cursor, numbered, draw=draw)
         with psycopg.connect(connection.info.dsn, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (fired[0],))
         if after_commit:
             raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return real_insert(appender, cursor, numbered)
+        return real_insert(appender, cursor, numbered, draw=draw)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(PostgresAppender, "insert", insert)

@@ -126,16 +126,16 @@ def _straggle(ledger: SessionLedger, seed: int) -> None:
     insert = appender.insert
     rng = random.Random(seed)
 
-    def late(cursor: Any, numbered: Any) -> int | None:
+    def late(cursor: Any, numbered: Any, *, draw: bool = False) -> list[int]:
         cursor.execute("BEGIN")
         try:
-            spare = insert(cursor, numbered)
+            drawn = insert(cursor, numbered, draw=draw)
         except BaseException:
             cursor.execute("ROLLBACK")
             raise
         time.sleep(rng.uniform(0.0, 0.05))  # others begin and commit meanwhile
         cursor.execute("COMMIT")
-        return spare
+        return drawn
 
     appender.insert = late  # type: ignore[method-assign]
 
