@@ -2,6 +2,7 @@
 """Set-up commands for chatledger; needs nothing but Python 3.11+.
 
     python3 dev.py demo    # local venv (.venv), install chatledger, run `chatledger demo`
+                           # (then `. .venv/bin/activate` to run what it suggests)
     python3 dev.py test    # build the wheel, install it into .venv-test, run the whole suite
     python3 dev.py bench   # benchmarks (installs the `bench` extra into .venv-bench)
 
@@ -56,6 +57,13 @@ def demo(args: list[str]) -> None:
     bin_dir = ensure_venv(ROOT / ".venv")
     run(bin_dir / "python", "-m", "pip", "install", "--quiet", ROOT)
     run(bin_dir / "chatledger", "demo", *args)
+    # The demo's suggestions (and the README's examples) need chatledger on PATH.
+    activate = Path(os.path.relpath(bin_dir / "activate"))
+    print(
+        f"\nchatledger is installed in {bin_dir.parent}. To run the commands above, and"
+        f" `import chatledger` in Python, activate it first:\n\n    . {activate}\n",
+        flush=True,
+    )
 
 
 def test(args: list[str]) -> None:

@@ -214,3 +214,20 @@ def test_no_command_requires_the_account_option(tmp_path: Path) -> None:
 
     assert result.exit_code == 0, result.output
     assert [row["session_key"] for row in json.loads(result.stdout)] == ["mine"]
+
+
+def test_verbose_logs_the_chatledger_loggers_to_stderr(tmp_path: Path) -> None:
+    """-v shows INFO lines of the chatledger loggers on stderr; without it stderr is empty."""
+    import logging
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with SessionLedger(url) as ledger:
+        ledger.add_message(ACME, "s1", "user", "hello")
+
+    quiet = runner.invoke(app, ["show", "s1", "--url", url, "--account", "acme"])
+    loud = runner.invoke(app, ["show", "s1", "--url", url, "--account", "acme", "-v"])
+
+    assert quiet.exit_code == loud.exit_code == 0
+    assert quiet.stderr == ""
+    assert f"INFO chatledger.cli: opening the ledger at {url}" in loud.stderr
+    assert logging.getLogger("chatledger").handlers == []  # removed after the command

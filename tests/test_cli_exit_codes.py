@@ -97,7 +97,7 @@ def test_commands_never_create_a_database(
 
 
 def test_unknown_session_names_the_account_and_the_database(tmp_path: Path) -> None:
-    """"No session" errors say which account and database were searched, and how to switch."""
+    """ "No session" errors say which account and database were searched, and how to switch."""
     url = f"sqlite:///{tmp_path / 'l.db'}"
     with SessionLedger(url) as ledger:
         ledger.add_message(ALICE, "t-9", "user", "hello")
