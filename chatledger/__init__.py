@@ -51,6 +51,7 @@ if _typing.TYPE_CHECKING:
         AuditEntry,
         ProjectionTimeout,
         ReadModels,
+        SkippedEvent,
         ToolUsage,
         WorkingSetEntry,
     )
@@ -134,6 +135,7 @@ _EXPORTS: dict[str, str] = {
     "SessionLimitError": "chatledger.registry",
     "SessionRegistry": "chatledger.registry",
     "SessionView": "chatledger.results",
+    "SkippedEvent": "chatledger.read_models",
     "SqlArchiveStore": "chatledger.adapters.archive_store",
     "Started": "chatledger.domain.events",
     "StoreUnavailable": "chatledger.errors",
@@ -215,6 +217,7 @@ __all__ = [
     "SessionLimitError",
     "SessionRegistry",
     "SessionView",
+    "SkippedEvent",
     "SqlArchiveStore",
     "Started",
     "StoreUnavailable",

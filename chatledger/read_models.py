@@ -140,6 +140,15 @@ class ToolUsage(Row):
     total_tokens: int
 
 
+class SkippedEvent(Row):
+    """An event a read model could not apply and skipped, so the log could go on."""
+
+    model: str
+    position: int
+    error: str
+    skipped_at: datetime
+
+
 def _page(limit: object, offset: object) -> tuple[int, int]:
     return check_int(limit, "limit", minimum=1, maximum=MAX_PAGE), check_int(offset, "offset")
 
@@ -284,6 +293,25 @@ class ReadModels:
     def running(self) -> bool:
         """Whether a follower thread of this object is running."""
         return self._thread is not None and self._thread.is_alive()
+
+    @_public
+    def skipped(self) -> list[SkippedEvent]:
+        """Events a read model skipped because it could not apply them (oldest first).
+
+        Normally empty. An entry means one event could not be applied to that
+        model (e.g. a value written by an older version that its SQL cannot
+        hold); the model went on without it, so one event never stops the read
+        models of every tenant. See docs/projections.md for what to do.
+        """
+        return [
+            SkippedEvent(
+                model=row["name"],
+                position=row["position"],
+                error=row["error"],
+                skipped_at=from_micros(row["skipped_at_us"]),
+            )
+            for row in self._projector.skipped()
+        ]
 
     @property
     def last_error(self) -> ChatLedgerError | None:

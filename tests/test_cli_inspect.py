@@ -162,7 +162,7 @@ def test_export_then_import_into_an_empty_ledger(url: str, tmp_path: Path) -> No
     code, _ = invoke("verify", "--url", target, *AS_ALICE)
     assert code == 0
     code, output = invoke("import", str(dump), "--url", target)
-    assert code == 6 and "empty" in output and "Traceback" not in output
+    assert code == 2 and "empty" in output and "Traceback" not in output
 
 
 def test_export_and_import_report_as_json(url: str, tmp_path: Path) -> None:
@@ -206,3 +206,15 @@ def test_bad_requests_exit_with_their_code_and_one_line(
     assert code == expected, output
     assert output.strip().startswith("error:") and len(output.strip().splitlines()) == 1
     assert "Traceback" not in output
+
+
+def test_import_refuses_a_ledger_with_events_before_reading_the_file(
+    url: str, tmp_path: Path
+) -> None:
+    """`import` into a non-empty ledger exits 2 saying so, without parsing the file first."""
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("not json at all\n")
+
+    code, output = invoke("import", str(junk), "--url", url)
+
+    assert code == 2 and "empty" in output and "not JSON" not in output

@@ -54,7 +54,7 @@ class ExitCode(enum.IntEnum):
     NOT_FOUND = 3  # no such session, ledger database or input file
     UNAVAILABLE = 4  # the database cannot be reached or used (or read models lag)
     DENIED = 5  # the principal may not touch that account
-    CONFLICT = 6  # another writer won, or the ledger's state forbids it (import into data)
+    CONFLICT = 6  # another writer made the change impossible; retry
     INTERNAL = 70  # a bug: an error chatledger does not expect (-v shows the traceback)
     INTERRUPTED = 130  # Ctrl-C
 

@@ -9,12 +9,17 @@ empty ledger (the only command here that may create a database).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from chatledger.cli.common import ExitCode, Invocation, fail, print_json, shared_options
+
+if TYPE_CHECKING:
+    from chatledger.ledger import SessionLedger
+    from chatledger.results import ImportResult
 
 group = typer.Typer()
 
@@ -127,34 +132,21 @@ def import_(
 
     Every chain is verified first; nothing is imported from a broken file. The
     ledger at --url is created if it does not exist; one that already holds
-    events is refused (exit code 6).
+    events is refused before the file is read (exit code 2). Progress (reading,
+    verifying, writing) goes to stderr.
 
     \b
     Example:
       chatledger import acme.jsonl --url sqlite:///copy.db
     """
-    from chatledger.read_models import ReadModels
-
     if not file.is_file():
         fail(f"No such file: {file}", ExitCode.NOT_FOUND)
     with call.ledger(create=True) as ledger:
-        # Refuse before reading a possibly large file (the core checks again, atomically).
-        with ReadModels(ledger) as models:
-            head = models.head()
-        if head:
-            fail(
-                f"The ledger at {call.database} already holds events (up to position {head}); "
-                "import needs an empty one. Pass --url of a new database.",
-                ExitCode.CONFLICT,
-            )
-        lines = _read_with_progress(file, call)
         if call.as_json:
-            result = ledger.import_(lines)
+            with file.open(encoding="utf-8") as source:
+                result = ledger.import_(source)
         else:
-            with call.console(stderr=True).status(
-                f"Verifying {len(lines):,} lines and writing them in one transaction..."
-            ):
-                result = ledger.import_(lines)
+            result = _import_with_progress(ledger, file, call)
     if call.as_json:
         print_json(result)
     else:
@@ -163,14 +155,32 @@ def import_(
         )
 
 
-def _read_with_progress(file: Path, call: Invocation) -> list[str]:
-    """The file's lines, with a progress bar on stderr for people (not with --json)."""
-    if call.as_json:
-        return file.read_text(encoding="utf-8").splitlines()
-    import rich.progress
+def _import_with_progress(ledger: SessionLedger, file: Path, call: Invocation) -> ImportResult:
+    """``ledger.import_`` with a bar per phase on stderr: read (bytes), verify, write."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    console = call.console(stderr=True)
-    with rich.progress.open(
-        file, "r", encoding="utf-8", description="reading", console=console
-    ) as source:
-        return source.read().splitlines()
+    columns = (TextColumn("[bold]{task.description:>9}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=call.console(stderr=True)) as bar:
+        tasks = {
+            "read": bar.add_task("reading", total=file.stat().st_size),
+            "verify": bar.add_task("verifying", total=None, visible=False),
+            "write": bar.add_task("writing", total=None, visible=False),
+        }
+
+        def lines() -> Iterator[str]:
+            with file.open(encoding="utf-8") as source:
+                for line in source:
+                    bar.advance(tasks["read"], len(line))
+                    yield line
+
+        def progress(phase: str, done: int, total: int) -> None:
+            task = tasks.get(phase)
+            if task is None:
+                return
+            if phase == "read":
+                total = done = file.stat().st_size  # the bar counts bytes
+            bar.update(task, completed=done, total=total, visible=True)
+            if phase == "verify" and done == total:  # writing reports only when done
+                bar.update(tasks["write"], visible=True)
+
+        return ledger.import_(lines(), progress=progress)
