@@ -162,15 +162,15 @@ def _import_with_progress(ledger: SessionLedger, file: Path, call: Invocation) -
     columns = (TextColumn("[bold]{task.description:>9}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=call.console(stderr=True)) as bar:
         tasks = {
-            "read": bar.add_task("reading", total=file.stat().st_size),
+            "read": bar.add_task("reading", total=file.stat().st_size, visible=False),
             "verify": bar.add_task("verifying", total=None, visible=False),
             "write": bar.add_task("writing", total=None, visible=False),
         }
 
         def lines() -> Iterator[str]:
             with file.open(encoding="utf-8") as source:
-                for line in source:
-                    bar.advance(tasks["read"], len(line))
+                for line in source:  # the first is read once the ledger was found empty
+                    bar.update(tasks["read"], advance=len(line), visible=True)
                     yield line
 
         def progress(phase: str, done: int, total: int) -> None:
