@@ -19,7 +19,7 @@ import pytest
 import chatledger
 
 SOURCE = Path(chatledger.__file__).resolve().parent
-HEAVY = ("sqlalchemy", "eventsourcing", "pydantic_settings", "rich", "psycopg")
+HEAVY = ("sqlalchemy", "eventsourcing", "pydantic_settings", "rich", "psycopg", "alembic")
 # Modules of ours that pull those in; the CLI's own modules and the face may load.
 OURS_ALLOWED = {"chatledger", "chatledger.cli"}
 

@@ -19,6 +19,7 @@ SOURCE = Path(os.environ.get("CHATLEDGER_SOURCE", Path(__file__).resolve().paren
 META = metadata.metadata("chatledger")
 # distribution -> the module it provides
 RUNTIME = {
+    "alembic": "alembic",
     "eventsourcing": "eventsourcing",
     "sqlalchemy": "sqlalchemy",
     "pydantic": "pydantic",
