@@ -44,6 +44,7 @@ if _typing.TYPE_CHECKING:
         LedgerNotFound,
         StoreUnavailable,
         UnknownSession,
+        WriteOutcomeUnknown,
     )
     from chatledger.ledger import SessionLedger
     from chatledger.read_models import (
@@ -148,6 +149,7 @@ _EXPORTS: dict[str, str] = {
     "VerifyIssue": "chatledger.results",
     "VerifyReport": "chatledger.results",
     "WorkingSetEntry": "chatledger.read_models",
+    "WriteOutcomeUnknown": "chatledger.errors",
     "estimate_tokens": "chatledger.domain.values",
 }
 
@@ -230,6 +232,7 @@ __all__ = [
     "VerifyIssue",
     "VerifyReport",
     "WorkingSetEntry",
+    "WriteOutcomeUnknown",
     "__version__",
     "estimate_tokens",
 ]

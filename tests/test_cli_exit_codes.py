@@ -42,6 +42,7 @@ def test_the_documented_table_is_the_code_table() -> None:
         (errors.UnknownSession, ExitCode.NOT_FOUND),
         (errors.LedgerNotFound, ExitCode.NOT_FOUND),
         (errors.StoreUnavailable, ExitCode.UNAVAILABLE),
+        (errors.WriteOutcomeUnknown, ExitCode.UNAVAILABLE),
         (errors.AccessDenied, ExitCode.DENIED),
         (errors.ConcurrencyConflict, ExitCode.CONFLICT),
     ],
