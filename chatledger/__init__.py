@@ -43,6 +43,7 @@ from chatledger.read_models import (
     AuditEntry,
     ProjectionTimeout,
     ReadModels,
+    TimelineEntry,
     ToolUsage,
     WorkingSetEntry,
 )
@@ -129,6 +130,7 @@ __all__ = [
     "StoreUnavailable",
     "Summarizer",
     "Summary",
+    "TimelineEntry",
     "ToolCall",
     "ToolUsage",
     "UnknownSession",

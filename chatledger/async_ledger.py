@@ -232,9 +232,16 @@ class AsyncSessionLedger:
         )
 
     async def verify(
-        self, principal: Principal, key: str | None = None, *, anchors: Iterable[ChainHead] = ()
+        self,
+        principal: Principal,
+        key: str | None = None,
+        *,
+        anchors: Iterable[ChainHead] = (),
+        account_id: str | None = None,
     ) -> VerifyReport:
-        return await asyncio.to_thread(self.ledger.verify, principal, key, anchors=anchors)
+        return await asyncio.to_thread(
+            self.ledger.verify, principal, key, anchors=anchors, account_id=account_id
+        )
 
     async def export(self, principal: Principal, key: str | None = None) -> AsyncIterator[str]:
         """The export's lines, read in a worker thread as they are consumed."""
