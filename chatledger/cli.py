@@ -451,6 +451,40 @@ def _holds_only(path: Path, demo_sessions: set[uuid.UUID]) -> bool:
 register_read_models(app)
 
 
+@app.command()
+@reports_errors
+def serve(
+    url: UrlOption = None,
+    account: AccountOption = "default",
+    user: UserOption = "",
+    agent: AgentOption = "chatledger-viewer",
+    admin: AdminOption = False,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on; not loopback needs --token.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free).")] = 8765,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="CHATLEDGER_WEB_TOKEN",
+            help="Secret every request must carry (env CHATLEDGER_WEB_TOKEN).",
+            show_default=False,
+        ),
+    ] = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the viewer in a web browser.")
+    ] = False,
+) -> None:
+    """Serve a read-only web viewer of the ledger (timelines, time travel, verify)."""
+    try:
+        from chatledger.web import serve as serve_viewer
+    except ModuleNotFoundError as error:
+        fail(f"chatledger serve needs the web extra ({error}): pip install 'chatledger[web]'")
+    viewer = principal(account, user, agent, admin=admin)
+    serve_viewer(viewer, url=url, host=host, port=port, token=token, open_browser=open_browser)
+
+
 def main() -> None:
     """Entry point of the ``chatledger`` console script."""
     app()
