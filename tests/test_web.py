@@ -126,6 +126,16 @@ def test_an_admin_sees_every_account_and_can_filter_one(client: Client) -> None:
     assert viewer.get("/sessions/globex/secret/verify").status_code == 200
 
 
+def test_the_viewer_starts_with_current_read_models(ledger: SessionLedger) -> None:
+    """Following, the app catches the read models up before its first request, then follows."""
+    ledger.add_message(ALICE, "fresh", "user", "recorded before the viewer started")
+    app = create_app(ledger, ALICE)
+    with TestClient(app, base_url="http://127.0.0.1") as viewer:
+        assert 'data-key="fresh"' in viewer.get("/").text
+        assert ledger.read_models.running
+    assert not ledger.read_models.running
+
+
 # ---------------------------------------------------------------- escaping
 def test_html_in_message_content_is_shown_as_text_everywhere(client: Client) -> None:
     """A message holding <script> and <img onerror> is escaped on every page and in live rows."""

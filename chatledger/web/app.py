@@ -32,6 +32,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -410,8 +411,8 @@ def create_app(
 
     ``token``: required from every request when given. ``allowed_hosts``: the
     names the Host header may carry (``None``: any, for a server behind a token).
-    ``follow``: keep the read models current with a follower thread while the
-    app runs (the working set on the sessions page comes from them).
+    ``follow``: bring the read models up to date when the app starts and keep
+    them so with a follower thread while it runs (the sessions page reads them).
     ``page_size``: events per timeline page; ``list_size``: sessions per page;
     ``poll_interval``: seconds between the live timeline's checks for new events.
     """
@@ -443,6 +444,8 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if follow:
+            # Serve current read models from the first request on, then keep them so.
+            await run_in_threadpool(models.catch_up)
             models.start()
         try:
             yield

@@ -93,7 +93,7 @@ class ViewerServer:
         finally:
             self._socket.close()
 
-    def start(self, timeout: float = 10.0) -> ViewerServer:
+    def start(self, timeout: float = 60.0) -> ViewerServer:
         """Serve in a daemon thread; returns once the server accepts requests."""
         self._thread = threading.Thread(
             target=self.serve_forever, name="chatledger-viewer", daemon=True
