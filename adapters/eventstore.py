@@ -31,6 +31,7 @@ from eventsourcing.persistence import (
     DatabaseError,
     InfrastructureFactory,
     IntegrityError,
+    MapperDeserialisationError,
     Notification,
     OperationalError,
     ProcessRecorder,
@@ -39,6 +40,7 @@ from eventsourcing.persistence import (
     TrackingRecorder,
 )
 from eventsourcing.utils import Environment
+from pydantic_core import PydanticSerializationError
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -59,7 +61,10 @@ from sqlalchemy import (
 
 from chatledger.adapters.chain import GENESIS, ChainRow, chain_hash
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
-from chatledger.domain.errors import LedgerNotFound, StoreUnavailable
+from chatledger.domain.errors import InvalidInput, LedgerNotFound, StoreUnavailable
+from chatledger.domain.events import MessageAdded
+from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
 from chatledger.domain.session import Session, replay
 from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
 from chatledger.projections.facts import FACT_COLUMNS, StoredFacts, stored_facts
@@ -771,11 +776,17 @@ class EventStoreApplication(Application[UUID]):
     name = "chatledger"
 
     def __init__(
-        self, engine: Engine, *, snapshot_interval: int, chain_key: bytes | None = None
+        self,
+        engine: Engine,
+        *,
+        snapshot_interval: int,
+        chain_key: bytes | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._engine = engine
         self._chain_key = chain_key
         self.snapshot_interval = snapshot_interval
+        self.max_event_bytes = max_event_bytes
         super().__init__(env={"AGGREGATE_CACHE_MAXSIZE": "", "IS_SNAPSHOTTING_ENABLED": "y"})
 
     def construct_factory(self, env: Environment) -> InfrastructureFactory[TrackingRecorder]:
@@ -801,13 +812,45 @@ class EventStoreApplication(Application[UUID]):
             return []
         stored = []
         for event, counters in pending:
-            row = self.mapper.to_stored_event(event)
+            row = self._encode(event)
             row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
             stored.append(row)
         positions = self.event_recorder.insert_events(stored)
         if self.snapshots is not None and session.should_snapshot(self.snapshot_interval):
             self._snapshot(session)
         return positions
+
+    def _encode(self, event: SessionEvent) -> StoredEvent:
+        """The stored form of ``event``, refused (``InvalidInput``) unless it can be kept.
+
+        Input is checked where it enters (``chatledger.domain.limits``); this is
+        the last line: the payload must serialise, stay under ``max_event_bytes``,
+        and -- for every kind of event but the hot ``MessageAdded``, whose fields
+        the input checks cover completely -- decode back into an equal event.
+        """
+        try:
+            row = self.mapper.to_stored_event(event)
+        except PydanticSerializationError as error:
+            raise InvalidInput(
+                f"{type(event).__name__} cannot be serialised ({error}); nothing was recorded."
+            ) from None
+        size = len(row.state)
+        if size > self.max_event_bytes:
+            raise InvalidInput(
+                f"{type(event).__name__} would take {size} bytes; the limit is "
+                f"{self.max_event_bytes} (setting max_event_bytes). Nothing was recorded."
+            )
+        if type(event) is not MessageAdded:
+            try:
+                equal = self.mapper.to_domain_event(row) == event
+            except MapperDeserialisationError:
+                equal = False
+            if not equal:
+                raise InvalidInput(
+                    f"{type(event).__name__} would not read back as recorded (a value JSON "
+                    "cannot hold exactly); nothing was recorded."
+                )
+        return row
 
     def load(self, session_id: UUID, version: int | None = None) -> Session:
         """A session from its newest snapshot (at or before ``version``) and later events.

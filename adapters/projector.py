@@ -23,16 +23,18 @@ package face; errors leave as ``chatledger.errors``.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import Mapper, Notification
 from eventsourcing.utils import get_topic
-from sqlalchemy import Connection, Engine, and_, delete, func, select, text, update
+from sqlalchemy import Connection, Engine, and_, delete, func, inspect, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.eventstore import APPEND_CHANNEL, CARRIES_ARCHIVES, events_table
@@ -41,18 +43,21 @@ from chatledger.adapters.read_models import (
     Span,
     SqlReadModel,
     read_model_metadata,
+    skips_table,
     stage_table,
     tracking_table,
 )
 from chatledger.domain.errors import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.events import EVENT_TYPES
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.timestamps import to_micros
 from chatledger.projections.archive_events import (
     ArchiveEvent,
     archive_event_from_event,
     archive_event_from_json,
 )
 
+logger = logging.getLogger("chatledger.projector")
 Progress = Callable[[int, int], None]
 """Called after each batch with (events processed so far, log head at start)."""
 
@@ -207,6 +212,12 @@ def _uuid_value(value: Any) -> UUID:
     return value if isinstance(value, UUID) else UUID(str(value))
 
 
+def _error_line(error: BaseException) -> str:
+    """An error as one line of at most 1,000 characters (it is stored, and shown to operators)."""
+    line = " ".join(str(error).split()) or type(error).__name__
+    return line.encode("utf-8", "replace").decode("utf-8").replace("\x00", " ")[:1000]
+
+
 class _Raced(Exception):
     """Another projector moved a tracking position first; re-read and go on."""
 
@@ -245,6 +256,7 @@ class Projector:
         with store_errors("prepare the read models"), self.engine.begin() as connection:
             self._ddl_lock(connection)
             tracking_table.create(connection, checkfirst=True)
+            skips_table.create(connection, checkfirst=True)
             if not self.shared:
                 stage_table.create(connection, checkfirst=True)
             stored = self._read_tracking(connection)
@@ -286,6 +298,8 @@ class Projector:
             connection.execute(
                 t.insert().values(name=model.name, version=model.version, position=0)
             )
+        if inspect(connection).has_table(skips_table.name):  # a rebuild tries them again
+            connection.execute(skips_table.delete().where(skips_table.c.name == model.name))
         for table in reversed(model.tables):
             table.drop(connection, checkfirst=True)
         for table in model.tables:
@@ -366,14 +380,48 @@ class Projector:
         return total
 
     def _step(self, size: int) -> int:
+        """Apply the next span of up to ``size`` events; narrow down to a poison event.
+
+        A span that fails while the databases answer is retried in halves, so a
+        single event that no model can take (a value its SQL cannot hold, a
+        payload this version cannot decode) ends up alone, where ``_isolate``
+        records it as skipped for the models it fails and lets the others --
+        and every later event -- through. A failure with the databases down
+        is raised as it is: the follower retries it later.
+        """
         positions = self.positions()
         low = min(positions.values())
         count, last = self.log.span(low, size)
-        at_head = count < size  # nothing after ``last`` when the span was taken
         if not count:
             self._publish(positions)
             return 0
-        t = tracking_table
+        try:
+            self._apply(positions, low, last, at_head=count < size, names=list(self.models))
+        except _Raced:
+            raise
+        except ChatLedgerError:
+            if not self._reachable():
+                raise
+            if count > 1:
+                return self._step(max(1, count // 2))
+            self._isolate(positions, low, last)
+            self._publish(self.positions())
+            return count
+        self._publish(positions)
+        return count
+
+    def _apply(
+        self,
+        positions: dict[str, int],
+        low: int,
+        last: int,
+        *,
+        at_head: bool,
+        names: Sequence[str],
+    ) -> None:
+        """Apply the span (``low``, ``last``] to the named models in one transaction, moving
+        each one's tracking position with a compare-and-set (``positions`` updated)."""
+        moved_to: dict[str, int] = {}
         with store_errors("update the read models"), self.engine.begin() as connection:
             source = events_table.name
             if not self.shared:  # the SQL reads the span's facts from a copy next to the models
@@ -386,29 +434,89 @@ class Projector:
                     f"VALUES ({', '.join([mark] * len(STAGE_COLUMNS))})",
                     self.log.fact_rows(low, last, to_dialect=dialect),
                 )
-            for name, model in self.models.items():
+            for name, model in self.models.items():  # always in this order: no deadlock
                 start = positions[name]
-                if start >= last:
+                if name not in names or start >= last:
                     continue
-                moved = connection.execute(
-                    update(t)
-                    .where(
-                        and_(
-                            t.c.name == name,
-                            t.c.position == start,
-                            t.c.version == model.version,
-                        )
-                    )
-                    .values(position=last)
-                )
-                if moved.rowcount != 1:
-                    raise _Raced  # rolls back: nothing of this span is kept
+                self._move(connection, name, start, last)
                 model.apply(connection, Span(start, last, source, self.log, self.shared, at_head))
-                positions[name] = last
+                moved_to[name] = last
             if not self.shared:
                 connection.execute(delete(stage_table))
-        self._publish(positions)
-        return count
+        positions.update(moved_to)
+
+    def _move(self, connection: Connection, name: str, start: int, last: int) -> None:
+        t = tracking_table
+        moved = connection.execute(
+            update(t)
+            .where(
+                and_(
+                    t.c.name == name,
+                    t.c.position == start,
+                    t.c.version == self.models[name].version,
+                )
+            )
+            .values(position=last)
+        )
+        if moved.rowcount != 1:
+            raise _Raced  # rolls back: nothing of this span is kept
+
+    def _isolate(self, positions: dict[str, int], low: int, last: int) -> None:
+        """The one event at ``last`` failed: apply it model by model (twice, in case the
+        failure passed), and skip it -- recorded in ``chatledger_projection_skips`` --
+        only for the models it still fails."""
+        for name in self.models:
+            if positions[name] >= last:
+                continue
+            error: ChatLedgerError | None = None
+            for _ in range(2):
+                try:
+                    self._apply(positions, low, last, at_head=True, names=[name])
+                    error = None
+                    break
+                except ChatLedgerError as failure:
+                    error = failure
+            if error is None:
+                continue
+            if not self._reachable():
+                raise error
+            with (
+                store_errors("skip an event the read models cannot take"),
+                self.engine.begin() as connection,
+            ):
+                self._move(connection, name, positions[name], last)
+                connection.execute(
+                    skips_table.insert().values(
+                        name=name,
+                        position=last,
+                        error=_error_line(error),
+                        skipped_at_us=to_micros(datetime.now(UTC)),
+                    )
+                )
+            positions[name] = last
+            logger.error(
+                "Read model %s skipped event %d, which it cannot apply: %s", name, last, error
+            )
+
+    def _reachable(self) -> bool:
+        """Whether both databases answer a trivial query now."""
+        engines = {id(e): e for e in (self.engine, self.log.engine)}
+        try:
+            for engine in engines.values():
+                with engine.connect() as connection:
+                    connection.execute(text("SELECT 1"))
+        except SQLAlchemyError:
+            return False
+        return True
+
+    def skipped(self) -> list[dict[str, Any]]:
+        """Events a read model skipped because it could not apply them, oldest first."""
+        t = skips_table
+        with store_errors("read the skipped events"), self.engine.connect() as connection:
+            if not inspect(connection).has_table(t.name):
+                return []
+            rows = connection.execute(select(t).order_by(t.c.position, t.c.name)).mappings()
+            return [dict(row) for row in rows]
 
     def _publish(self, positions: dict[str, int]) -> None:
         with self._progress:

@@ -50,6 +50,7 @@ from sqlalchemy import (
 )
 
 from chatledger.adapters.eventstore import events_table
+from chatledger.domain.limits import MAX_INT, MAX_TOKENS
 from chatledger.domain.session import LIVE
 from chatledger.projections.archive_events import ArchiveEvent, ArchivesMerged, archive_changes
 from chatledger.projections.facts import FACT_COLUMNS
@@ -65,6 +66,17 @@ tracking_table = Table(
     Column("version", Integer, nullable=False),
     Column("position", BigInteger, nullable=False),
 )
+
+skips_table = Table(
+    "chatledger_projection_skips",
+    read_model_metadata,
+    Column("name", String(64), primary_key=True),
+    Column("position", BigInteger, primary_key=True),
+    Column("error", Text, nullable=False),
+    Column("skipped_at_us", BigInteger, nullable=False),
+)
+"""Events a read model could not apply and skipped, so that the log could go on (see
+``Projector._isolate``); an operator fixes the cause and rebuilds the model."""
 
 stage_table = Table(
     "chatledger_projection_stage",
@@ -254,24 +266,37 @@ class WorkingSetModel(SqlReadModel):
 
 
 # -------------------------------------------------------------------- usage
-# Stored totals are merged with the span's, never overwritten.
+# Stored totals are merged with the span's, never overwritten. Overflow-safe:
+# each event's tokens count at most MAX_TOKENS (the input limit; older rows may
+# hold more), so a span's sums stay far inside 64 bits, and adding them to the
+# stored totals saturates at MAX_INT instead of failing the whole batch.
 _USAGE_UPSERT = """
 INSERT INTO chatledger_usage (session_id, tool_name, account_id, session_key, call_count,
     success_count, fail_count, prompt_tokens, completion_tokens, total_tokens)
 SELECT originator_id, tool_name, tenant, session_key, COUNT(*),
     SUM(CASE WHEN tool_status = 'success' THEN 1 ELSE 0 END),
     SUM(CASE WHEN tool_status = 'success' THEN 0 ELSE 1 END),
-    SUM(prompt_tokens), SUM(completion_tokens), SUM(prompt_tokens + completion_tokens)
+    SUM({least}(prompt_tokens, {tokens})), SUM({least}(completion_tokens, {tokens})),
+    SUM({least}(prompt_tokens, {tokens}) + {least}(completion_tokens, {tokens}))
 FROM {source} WHERE id > :after AND id <= :last AND tool_name IS NOT NULL
 GROUP BY originator_id, tool_name, tenant, session_key
 ON CONFLICT (session_id, tool_name) DO UPDATE SET
-    call_count = chatledger_usage.call_count + excluded.call_count,
-    success_count = chatledger_usage.success_count + excluded.success_count,
-    fail_count = chatledger_usage.fail_count + excluded.fail_count,
-    prompt_tokens = chatledger_usage.prompt_tokens + excluded.prompt_tokens,
-    completion_tokens = chatledger_usage.completion_tokens + excluded.completion_tokens,
-    total_tokens = chatledger_usage.total_tokens + excluded.total_tokens
+    call_count = {add_call_count},
+    success_count = {add_success_count},
+    fail_count = {add_fail_count},
+    prompt_tokens = {add_prompt_tokens},
+    completion_tokens = {add_completion_tokens},
+    total_tokens = {add_total_tokens}
 """
+_USAGE_TOTALS = (
+    "call_count", "success_count", "fail_count", "prompt_tokens", "completion_tokens",
+    "total_tokens",
+)  # fmt: skip
+
+
+def _saturating_add(column: str) -> str:
+    stored, new = f"chatledger_usage.{column}", f"excluded.{column}"
+    return f"CASE WHEN {stored} > {MAX_INT} - {new} THEN {MAX_INT} ELSE {stored} + {new} END"
 
 
 class UsageModel(SqlReadModel):
@@ -282,7 +307,14 @@ class UsageModel(SqlReadModel):
     tables = (usage_table,)
 
     def apply(self, connection: Connection, span: Span) -> None:
-        connection.execute(text(_USAGE_UPSERT.format(source=span.source)), span.bounds)
+        least = "LEAST" if connection.dialect.name == "postgresql" else "MIN"
+        statement = _USAGE_UPSERT.format(
+            source=span.source,
+            least=least,
+            tokens=MAX_TOKENS,
+            **{f"add_{c}": _saturating_add(c) for c in _USAGE_TOTALS},
+        )
+        connection.execute(text(statement), span.bounds)
 
 
 # ---------------------------------------------------------- archive history

@@ -55,7 +55,17 @@ from chatledger.domain.errors import (
 from chatledger.domain.events import new_id
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.identity import session_id, validate_key
-from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer
+from chatledger.domain.limits import (
+    Limits,
+    check_aware,
+    check_context,
+    check_int,
+    check_message,
+    check_seconds,
+    check_summary,
+    error_text,
+)
+from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer, Summary
 from chatledger.domain.quality import entity_retention_ratio
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
@@ -150,6 +160,11 @@ class SessionLedger:
         self.summarizer: Summarizer = summarizer or ExtractiveSummarizer()
         self.archive_store = archive_store
         self._clock: Clock = clock or utc_now
+        self.limits = Limits(
+            max_content_chars=self.settings.max_content_chars,
+            max_meta_bytes=self.settings.max_meta_bytes,
+            max_event_bytes=self.settings.max_event_bytes,
+        )
         path = sqlite_file(self.settings.url)
         if not self.settings.create_tables and path is not None and not Path(path).is_file():
             raise LedgerNotFound(
@@ -171,6 +186,7 @@ class SessionLedger:
                 engine,
                 snapshot_interval=self.settings.snapshot_interval,
                 chain_key=chain_key.get_secret_value().encode() if chain_key else None,
+                max_event_bytes=self.settings.max_event_bytes,
             )
         except LedgerNotFound:
             engine.dispose()
@@ -234,6 +250,7 @@ class SessionLedger:
     ) -> AddedMessage:
         """Record one message (creating the session on first use)."""
         tenant, key, sid = self._target(principal, key, account_id)
+        context = self._context(context)
         now = self._now()
         message = self._make_message(role, content, name, tool_call, message_id, None, now)
         return self._record_messages(principal, tenant, key, sid, [message], now, context)[0]
@@ -250,6 +267,7 @@ class SessionLedger:
     ) -> list[AddedMessage]:
         """Record several messages in one transaction: all of them, or none."""
         tenant, key, sid = self._target(principal, key, account_id)
+        context = self._context(context)
         if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
             raise InvalidInput("messages must be a list of message dicts or Message objects.")
         if not messages:
@@ -343,10 +361,8 @@ class SessionLedger:
         _, key, sid = self._target(principal, key, account_id)
         threshold = self.settings.merge_threshold if threshold is None else threshold
         max_count = self.settings.merge_max_count if max_count is None else max_count
-        if not isinstance(threshold, int) or threshold < 1:
-            raise InvalidInput("threshold must be an integer >= 1.")
-        if not isinstance(max_count, int) or max_count < 2:
-            raise InvalidInput("max_count must be an integer >= 2.")
+        check_int(threshold, "threshold", minimum=1)
+        check_int(max_count, "max_count", minimum=2)
         with self._session_lock(sid):
             session = self._require(sid, key)
             live = list(session.archives)
@@ -358,7 +374,11 @@ class SessionLedger:
         sources = live[:count]
         source_ids = tuple(a.archive_id for a in sources)
         try:
-            summary = self.summarizer.merge(sources)
+            summary = check_summary(
+                self._summarizer_call(self.summarizer.merge, sources),
+                self.limits,
+                source="The summarizer's merge",
+            )
             now = self._now()
             archive = ArchiveSummary(
                 archive_id=new_id(),
@@ -386,7 +406,7 @@ class SessionLedger:
 
             self._write(sid, apply)
         except Exception as error:
-            return MergeResult(merged=False, reason="failed", error=_error_text(error))
+            return MergeResult(merged=False, reason="failed", error=error_text(error))
         return MergeResult(
             merged=True, archive_id=archive.archive_id, source_archive_ids=source_ids
         )
@@ -407,6 +427,7 @@ class SessionLedger:
         creation race sees a version conflict and returns the winner's session.
         """
         tenant, key, sid = self._target(principal, key, account_id)
+        context = self._context(context)
         with self._session_lock(sid):
             existing = self._load(sid)
             if existing is not None:
@@ -454,12 +475,8 @@ class SessionLedger:
         """Record that the session left the working set; its history stays."""
         if reason not in ("idle", "lru", "admin"):
             raise InvalidInput("reason must be 'idle', 'lru' or 'admin'.")
-        if idle_seconds is not None and (
-            isinstance(idle_seconds, bool)
-            or not isinstance(idle_seconds, int | float)
-            or idle_seconds < 0
-        ):
-            raise InvalidInput("idle_seconds must be a non-negative number or None.")
+        if idle_seconds is not None:
+            idle_seconds = check_seconds(idle_seconds, "idle_seconds")
         _, key, sid = self._target(principal, key, account_id)
         now = self._now()
 
@@ -497,8 +514,7 @@ class SessionLedger:
         account_id: str | None = None,
     ) -> ContextView:
         """The prompt context: latest archive summary plus the newest live messages that fit."""
-        if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 0:
-            raise InvalidInput("token_budget must be a non-negative integer.")
+        check_int(token_budget, "token_budget")
         _, key, sid = self._target(principal, key, account_id)
         session = self._load_as_of(sid, key, at_version, at_time)
         remaining = token_budget
@@ -542,16 +558,9 @@ class SessionLedger:
     ) -> list[LedgerEvent]:
         """The session's recorded events after ``after_version``, oldest first (at most
         ``limit`` of them: page through a long session by passing the last version seen)."""
-        if (
-            isinstance(after_version, bool)
-            or not isinstance(after_version, int)
-            or after_version < 0
-        ):
-            raise InvalidInput("after_version must be a non-negative integer.")
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise InvalidInput("limit must be a positive integer or None (no limit).")
+        check_int(after_version, "after_version")
+        if limit is not None:
+            check_int(limit, "limit (or None for no limit)", minimum=1)
         _, key, sid = self._target(principal, key, account_id)
         events: list[SessionEvent] = list(
             self._app.events.get(sid, gt=after_version or None, limit=limit)  # type: ignore[arg-type]
@@ -740,7 +749,7 @@ class SessionLedger:
     # ------------------------------------------------------------ internals
     def _now(self) -> datetime:
         moment = self._clock()
-        if not isinstance(moment, datetime) or moment.tzinfo is None:
+        if not isinstance(moment, datetime) or moment.utcoffset() is None:
             raise InvalidSettings("The clock must return timezone-aware datetimes.")
         return moment
 
@@ -800,10 +809,10 @@ class SessionLedger:
             raise InvalidInput(f"Unknown role {role!r}; use one of {', '.join(ROLES)}.")
         if not isinstance(content, str):
             raise InvalidInput(f"Message content must be a str, not {type(content).__name__}.")
-        if len(content) > self.settings.max_content_chars:
+        if len(content) > self.limits.max_content_chars:  # before building a huge message
             raise InvalidInput(
                 f"Message content has {len(content)} characters; the limit is "
-                f"{self.settings.max_content_chars} (setting max_content_chars)."
+                f"{self.limits.max_content_chars} (setting max_content_chars)."
             )
         if not message_id:
             message_id = new_id()
@@ -811,7 +820,7 @@ class SessionLedger:
             validate_key(message_id, what="message id")
         if tool_call is not None and not isinstance(tool_call, ToolCall):
             tool_call = ToolCall.model_validate(tool_call)
-        return Message(
+        message = Message(
             id=message_id,
             role=role,
             content=content,
@@ -819,6 +828,17 @@ class SessionLedger:
             name=name,
             tool_call=tool_call,
         )
+        return check_message(message, self.limits)
+
+    def _context(self, context: ClientContext | Mapping[str, Any] | None) -> ClientContext | None:
+        """The client context to record with a new session, checked against the limits."""
+        if context is None:
+            return None
+        if not isinstance(context, ClientContext):
+            if not isinstance(context, Mapping):
+                raise InvalidInput("context must be a ClientContext (or a dict of its fields).")
+            context = ClientContext.model_validate(context)
+        return check_context(context, self.limits)
 
     def _session_lock(self, sid: UUID) -> _SessionLock:
         """The lock serialising this process's writes (and loads) of one session."""
@@ -889,14 +909,12 @@ class SessionLedger:
         if at_version is not None and at_time is not None:
             raise InvalidInput("Pass at_version or at_time, not both.")
         if at_time is not None:
-            if not isinstance(at_time, datetime) or at_time.tzinfo is None:
-                raise InvalidInput("at_time must be a timezone-aware datetime.")
+            check_aware(at_time, "at_time")
             at_version = self._app.event_recorder.version_at(sid, to_micros(at_time))
             if at_version is None:
                 raise UnknownSession(f"Session {key!r} did not exist yet at {at_time}.")
         if at_version is not None:
-            if isinstance(at_version, bool) or not isinstance(at_version, int) or at_version < 1:
-                raise InvalidInput("at_version must be an integer >= 1.")
+            check_int(at_version, "at_version", minimum=1)
             try:
                 session = self._app.load(sid, at_version)
             except AggregateNotFoundError:
@@ -1026,7 +1044,7 @@ class SessionLedger:
                 archive = self._summarise(pending)
                 self._record_commit(principal, pending, archive)
             except Exception as error:
-                text = _error_text(error)
+                text = error_text(error)
                 self._record_failure(principal, pending, text)
                 return CommitResult(
                     status="failed",
@@ -1046,7 +1064,11 @@ class SessionLedger:
                 self._inflight.discard(pending.sid)
 
     def _summarise(self, pending: _PendingCommit) -> ArchiveSummary:
-        summary = self.summarizer.summarize(tuple(pending.messages))
+        summary = check_summary(
+            self._summarizer_call(self.summarizer.summarize, tuple(pending.messages)),
+            self.limits,
+            source="The summarizer",
+        )
         metadata = dict(summary.metadata)
         metadata["source_tokens"] = sum(m.tokens for m in pending.messages)
         if self.settings.entity_retention:
@@ -1077,6 +1099,33 @@ class SessionLedger:
         elif self.settings.require_archive_store:
             raise StoreUnavailable("archive store unavailable")
         return archive
+
+    def _summarizer_call(self, method: Callable[[Any], Summary], argument: Any) -> Summary:
+        """``method(argument)`` in a thread of its own, waited for at most
+        ``summarizer_timeout`` seconds: a summarizer that hangs fails the commit
+        instead of hanging it (and ``close()``) forever. Python cannot stop a
+        thread, so a hung call is abandoned (a daemon thread), not killed."""
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, method(argument)))
+            except BaseException as error:
+                outcome.append((False, error))
+
+        worker = threading.Thread(target=run, name="chatledger-summarizer", daemon=True)
+        worker.start()
+        worker.join(self.settings.summarizer_timeout)
+        if not outcome:
+            raise TimeoutError(
+                f"The summarizer did not answer within {self.settings.summarizer_timeout:g}s "
+                "(setting summarizer_timeout)."
+            )
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        result: Summary = value
+        return result
 
     def _record_commit(
         self, principal: Principal, pending: _PendingCommit, archive: ArchiveSummary
@@ -1130,8 +1179,3 @@ class SessionLedger:
             turn_count=session.turn_count,
             should_compress=session.should_compress(self.settings.compress_threshold),
         )
-
-
-def _error_text(error: BaseException) -> str:
-    text = str(error).strip()
-    return text or type(error).__name__

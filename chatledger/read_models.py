@@ -48,10 +48,12 @@ from chatledger.domain.errors import (
     UnknownSession,
 )
 from chatledger.domain.identity import session_id, validate_key
+from chatledger.domain.limits import check_aware, check_int, check_seconds
 from chatledger.domain.session import SessionStatus
 from chatledger.domain.timestamps import from_micros, to_micros
 from chatledger.domain.values import Principal
 from chatledger.projections.facts import EVENT_NAMES
+from chatledger.settings import MAX_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from chatledger.ledger import SessionLedger
@@ -158,18 +160,17 @@ class ToolUsage(Row):
     total_tokens: int
 
 
+class SkippedEvent(Row):
+    """An event a read model could not apply and skipped, so the log could go on."""
+
+    model: str
+    position: int
+    error: str
+    skipped_at: datetime
+
+
 def _page(limit: object, offset: object) -> tuple[int, int]:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise InvalidInput(f"limit must be an integer from 1 to {MAX_PAGE}.")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise InvalidInput("offset must be a non-negative integer.")
-    return limit, offset
-
-
-def _aware(moment: object, what: str) -> datetime:
-    if not isinstance(moment, datetime) or moment.tzinfo is None:
-        raise InvalidInput(f"{what} must be a timezone-aware datetime.")
-    return moment
+    return check_int(limit, "limit", minimum=1, maximum=MAX_PAGE), check_int(offset, "offset")
 
 
 def _times(row: dict[str, Any], **columns: str) -> dict[str, Any]:
@@ -196,9 +197,12 @@ class ReadModels:
         settings = ledger.settings
         url = url if url is not None else getattr(settings, "projections_url", None)
         poll = poll_interval or getattr(settings, "projections_poll_interval", None)
-        self.poll_interval: float = float(poll or DEFAULT_POLL_INTERVAL)
+        self.poll_interval: float = check_seconds(
+            poll or DEFAULT_POLL_INTERVAL, "poll_interval", maximum=MAX_WAIT_SECONDS
+        )
         if self.poll_interval <= 0:
             raise InvalidInput("poll_interval must be > 0 seconds.")
+        check_int(batch_size, "batch_size", minimum=1, maximum=1_000_000)
         store = ledger._app.event_recorder.engine
         self._own_engine: Engine | None = None
         engine = store
@@ -310,6 +314,25 @@ class ReadModels:
         """Whether a follower thread of this object is running."""
         return self._thread is not None and self._thread.is_alive()
 
+    @_public
+    def skipped(self) -> list[SkippedEvent]:
+        """Events a read model skipped because it could not apply them (oldest first).
+
+        Normally empty. An entry means one event could not be applied to that
+        model (e.g. a value written by an older version that its SQL cannot
+        hold); the model went on without it, so one event never stops the read
+        models of every tenant. See docs/projections.md for what to do.
+        """
+        return [
+            SkippedEvent(
+                model=row["name"],
+                position=row["position"],
+                error=row["error"],
+                skipped_at=from_micros(row["skipped_at_us"]),
+            )
+            for row in self._projector.skipped()
+        ]
+
     @property
     def last_error(self) -> ChatLedgerError | None:
         """The error of the follower's last attempt, if it failed (it keeps retrying)."""
@@ -323,10 +346,8 @@ class ReadModels:
         follower thread running this wakes it and waits; otherwise it catches
         up in the calling thread. Raises ``ProjectionTimeout`` after ``timeout``.
         """
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise InvalidInput("position must be a non-negative integer (AddedMessage.position).")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
-            raise InvalidInput("timeout must be a non-negative number of seconds.")
+        check_int(position, "position (AddedMessage.position)")
+        timeout = check_seconds(timeout, "timeout", maximum=MAX_WAIT_SECONDS)
         deadline = time.monotonic() + timeout
         if self.running:
             self._projector.wake()
@@ -450,8 +471,8 @@ class ReadModels:
             unknown = sorted(set(type_list) - EVENT_NAMES)
             if unknown:
                 raise InvalidInput(f"Unknown event types {unknown}; use {sorted(EVENT_NAMES)}.")
-        since_us = None if since is None else to_micros(_aware(since, "since"))
-        until_us = None if until is None else to_micros(_aware(until, "until"))
+        since_us = None if since is None else to_micros(check_aware(since, "since"))
+        until_us = None if until is None else to_micros(check_aware(until, "until"))
         store = self._projector.log.engine  # the audit log is the store's own rows
         with store_errors("read the audit log"), store.connect() as connection:
             rows = query_audit(
@@ -575,14 +596,9 @@ class ReadModels:
         this ledger, and, with ``skip_pending`` (the default), sessions with
         uncommitted messages. Returns the evicted keys ordered by (account, key).
         """
-        if (
-            isinstance(max_idle_seconds, bool)
-            or not isinstance(max_idle_seconds, int | float)
-            or max_idle_seconds < 0
-        ):
-            raise InvalidInput("max_idle_seconds must be a non-negative number.")
+        max_idle_seconds = check_seconds(max_idle_seconds, "max_idle_seconds")
         account = self._account(principal, account_id)
-        moment = self._ledger._now() if now is None else _aware(now, "now")
+        moment = self._ledger._now() if now is None else check_aware(now, "now")
         cutoff = moment - timedelta(seconds=max_idle_seconds)
         self._projector.catch_up()  # decide on the newest state we can see
         with store_errors("read the working set"), self.engine.connect() as connection:

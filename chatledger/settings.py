@@ -11,6 +11,14 @@ from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from chatledger.domain.errors import InvalidSettings
+from chatledger.domain.limits import (
+    DEFAULT_MAX_CONTENT_CHARS,
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_META_BYTES,
+)
+
+MAX_WAIT_SECONDS = 86_400.0
+"""Longest timeout or poll interval a setting accepts (a day)."""
 
 
 class LedgerSettings(BaseSettings):
@@ -26,19 +34,29 @@ class LedgerSettings(BaseSettings):
     snapshot_interval: int = Field(
         default=200,
         ge=2,
+        le=2**31 - 1,
         description=(
             "Consider a snapshot after this many events of a session (taken when it "
             "would at least halve what a load replays)."
         ),
     )
     compress_threshold: int = Field(
-        default=10, ge=1, description="should_compress is true from this many user turns."
+        default=10,
+        ge=1,
+        le=2**31 - 1,
+        description="should_compress is true from this many user turns.",
     )
     merge_threshold: int = Field(
-        default=8, ge=1, description="merge_archives merges when more live archives than this."
+        default=8,
+        ge=1,
+        le=2**31 - 1,
+        description="merge_archives merges when more live archives than this.",
     )
     merge_max_count: int = Field(
-        default=8, ge=2, description="At most this many oldest archives are merged at once."
+        default=8,
+        ge=2,
+        le=2**31 - 1,
+        description="At most this many oldest archives are merged at once.",
     )
     sqlite_synchronous: Literal["full", "normal"] = Field(
         default="normal",
@@ -49,22 +67,57 @@ class LedgerSettings(BaseSettings):
         ),
     )
     busy_timeout: float = Field(
-        default=10.0, gt=0, description="Seconds to wait for a database lock or connection."
+        default=10.0,
+        gt=0,
+        le=MAX_WAIT_SECONDS,
+        allow_inf_nan=False,
+        description="Seconds to wait for a database lock or connection.",
     )
     entity_retention: bool = Field(
         default=False, description="Store entity_retention_ratio in archive metadata."
+    )
+    summarizer_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        le=MAX_WAIT_SECONDS,
+        allow_inf_nan=False,
+        description=(
+            "Seconds a summarizer call may take; past it the commit or merge fails "
+            "(CommitFailed) and the summarizer's thread is abandoned."
+        ),
     )
     require_archive_store: bool = Field(
         default=False, description="Fail commits when no archive store is configured."
     )
     max_content_chars: int = Field(
-        default=1_000_000, ge=1, description="Largest message content accepted."
+        default=DEFAULT_MAX_CONTENT_CHARS,
+        ge=1,
+        le=100_000_000,
+        description="Largest message content accepted, in characters.",
+    )
+    max_meta_bytes: int = Field(
+        default=DEFAULT_MAX_META_BYTES,
+        ge=64,
+        le=DEFAULT_MAX_EVENT_BYTES,
+        description="Largest JSON value (a context's meta, an archive's metadata), in bytes.",
+    )
+    max_event_bytes: int = Field(
+        default=DEFAULT_MAX_EVENT_BYTES,
+        ge=1024,
+        le=2**31 - 1,
+        description="Largest stored event (its serialised payload), in bytes.",
     )
     cache_size: int = Field(
-        default=1024, ge=0, description="Sessions kept loaded in memory (0: no cache)."
+        default=1024,
+        ge=0,
+        le=10_000_000,
+        description="Sessions kept loaded in memory (0: no cache).",
     )
     commit_workers: int = Field(
-        default=2, ge=1, description="Threads running commits started with wait=False."
+        default=2,
+        ge=1,
+        le=256,
+        description="Threads running commits started with wait=False.",
     )
     chain_key: SecretStr | None = Field(
         default=None,
@@ -78,7 +131,11 @@ class LedgerSettings(BaseSettings):
         description="SQLAlchemy URL of the read-model database (default: the ledger's own).",
     )
     projections_poll_interval: float = Field(
-        default=0.05, gt=0, description="Longest idle back-off (s) of the read-model follower."
+        default=0.05,
+        gt=0,
+        le=MAX_WAIT_SECONDS,
+        allow_inf_nan=False,
+        description="Longest idle back-off (s) of the read-model follower.",
     )
     create_tables: bool = Field(
         default=True,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import ArchiveMerged, CommitFailed, Committed, MessageAdded
+from chatledger.domain.limits import check_int
 from chatledger.domain.session import Session
 from chatledger.domain.values import Principal
 from chatledger.results import Counters, FailedCommit, MergeRecord, SessionDiff, SessionView
@@ -40,9 +41,8 @@ def diff(
     to_version: int,
     account_id: str | None,
 ) -> SessionDiff:
-    for name, value in (("from_version", from_version), ("to_version", to_version)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidInput(f"{name} must be an integer >= 1.")
+    check_int(from_version, "from_version", minimum=1)
+    check_int(to_version, "to_version", minimum=1)
     if from_version > to_version:
         raise InvalidInput("from_version must not be after to_version.")
     _, key, sid = ledger._target(principal, key, account_id)

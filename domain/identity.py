@@ -11,7 +11,7 @@ import uuid
 from functools import lru_cache
 
 from chatledger.domain.errors import InvalidInput
-from chatledger.domain.values import has_control_characters
+from chatledger.domain.values import has_control_characters, has_surrogates
 
 # Fixed forever: changing it would orphan every stored session.
 SESSION_NAMESPACE = uuid.UUID("6f1c6c1e-5e8a-4b7e-9a53-0c1d2e3f4a5b")
@@ -28,9 +28,10 @@ def validate_key(key: object, *, what: str = "session key") -> str:
         raise InvalidInput(
             f"The {what} is {len(key)} characters long; use at most {MAX_KEY_LENGTH}."
         )
-    if has_control_characters(key):
+    if has_control_characters(key) or has_surrogates(key):
         raise InvalidInput(
-            f"The {what} {key!r} contains control characters; use printable text only."
+            f"The {what} {key!r} contains control characters or lone surrogates; use "
+            "printable text only."
         )
     return key
 

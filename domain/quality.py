@@ -1,9 +1,16 @@
 """Compression quality: how many named entities of the messages survive a summary.
 
-An "entity" is a capitalised word (``Postgres``, ``Alice``) or a code-like
-token (``user_id``, ``db.commit()``, ``src/app.py``, anything in backticks).
-The ratio is the share of the messages' distinct entities that still occur in
-the overview; 1.0 when the messages name none.
+An "entity" is a capitalised word (``Postgres``, ``Alice``, ``AGFS``) or a
+code-like token (``user_id``, ``db.commit()``, ``src/app.py``, anything in
+backticks). A word capitalised only because it starts a sentence ("Use
+PostgreSQL ...") is not one, unless the same word is also capitalised
+mid-sentence. The ratio is the share of the messages' distinct entities that
+still occur in the overview; 1.0 when the messages name none.
+
+Every pass here is linear in the length of the text, whatever it holds (a
+summarizer runs on untrusted content of up to a million characters): the text
+is cut into tokens by one regular expression that never backtracks, and each
+token is classified by plain string tests.
 """
 
 from __future__ import annotations
@@ -12,8 +19,11 @@ import re
 from collections.abc import Iterable
 
 _BACKTICKED = re.compile(r"`([^`\n]{1,80})`")
-_CODE_LIKE = re.compile(r"[A-Za-z_][\w]*(?:[./][\w]+)+(?:\(\))?|[A-Za-z]+_[\w]+|\w+\(\)")
-_CAPITALISED = re.compile(r"\b[A-Z][A-Za-z0-9]+\b")
+# A maximal run of word characters, dots and slashes, with an optional "()"
+# after it: each character is consumed once; the optional tail never backtracks.
+_TOKEN = re.compile(r"[\w./]+(?:\(\))?")
+_SENTENCE_END = frozenset(".!?:\n")
+_EDGE_PUNCTUATION = "./"
 # Capitalised only because they start a sentence; not entities.
 _STOPWORDS = frozenset(
     {
@@ -29,19 +39,72 @@ _STOPWORDS = frozenset(
 )
 
 
+def _is_code_like(token: str) -> bool:
+    """``a.b``, ``src/app.py``, ``snake_case``, ``call()``: identifiers, paths, calls."""
+    if token.endswith("()"):
+        return len(token) > 2
+    if not (token[0].isalpha() or token[0] == "_"):
+        return False
+    if "." in token or "/" in token:
+        # Every part between separators must be a word (no "a..b", no trailing dot).
+        parts = token.replace("/", ".").split(".")
+        return len(parts) > 1 and all(parts)
+    head, underscore, tail = token.partition("_")
+    return bool(underscore and head.isalpha() and head.isascii() and tail)
+
+
+def _is_capitalised(token: str) -> bool:
+    return (
+        len(token) > 1
+        and token.isascii()
+        and token.isalnum()
+        and "A" <= token[0] <= "Z"
+        and token not in _STOPWORDS
+    )
+
+
+def _starts_sentence(text: str, start: int) -> bool:
+    """Whether the token at ``start`` is the first word of a sentence."""
+    index = start - 1
+    while index >= 0 and text[index] in " \t\"'([{*-":
+        index -= 1
+    return index < 0 or text[index] in _SENTENCE_END
+
+
 def extract_entities(text: str) -> set[str]:
-    """Capitalised and code-like tokens of ``text``."""
+    """Capitalised and code-like tokens of ``text`` (see the module docstring)."""
     found = {m.group(1).strip() for m in _BACKTICKED.finditer(text)}
-    found.update(m.group(0) for m in _CODE_LIKE.finditer(text))
-    found.update(w for w in _CAPITALISED.findall(text) if w not in _STOPWORDS)
+    initial: set[str] = set()  # plain capitalised words seen only at a sentence start
+    named: set[str] = set()
+    for match in _TOKEN.finditer(text):
+        raw = match.group(0)
+        if raw.endswith("()"):
+            token = raw.lstrip(_EDGE_PUNCTUATION)
+        else:
+            token = raw.strip(_EDGE_PUNCTUATION)
+        if not token:
+            continue
+        if _is_code_like(token):
+            found.add(token)
+            continue
+        if not _is_capitalised(token):
+            continue
+        plain = token[1:].islower() or token[1:].isdigit()  # "Use", not "AGFS"/"PostgreSQL"
+        if plain and _starts_sentence(text, match.start() + raw.index(token)):
+            initial.add(token)
+        else:
+            named.add(token)
+    # A plain word seen only at sentence starts is left out (``initial``); one
+    # also capitalised mid-sentence is in ``named`` already.
+    found |= named
     return {f for f in found if f}
 
 
 def entity_retention_ratio(sources: Iterable[str], overview: str) -> float:
     """Share of the sources' entities that occur in ``overview`` (rounded to 4 places)."""
-    entities: set[str] = set()
-    for text in sources:
-        entities |= extract_entities(text)
+    # One text, one sentence per source at least: a word capitalised mid-sentence
+    # in one message counts where another message starts a sentence with it.
+    entities = extract_entities("\n".join(sources))
     if not entities:
         return 1.0
     kept = sum(1 for e in entities if e in overview)

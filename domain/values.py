@@ -35,6 +35,14 @@ def has_control_characters(text: str) -> bool:
     return _CONTROL_CHARACTER.search(text) is not None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_surrogates(text: str) -> bool:
+    """True if ``text`` holds a lone surrogate: not Unicode text, so it cannot be stored."""
+    return _SURROGATE.search(text) is not None
+
+
 def printable(text: str) -> str:
     """``text`` with every control character (newlines too) replaced by a space."""
     return _CONTROL_CHARACTER.sub(" ", text)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+from sqlalchemy import create_engine, inspect, text
 
 from chatledger import ArchiveSummary, Message, Principal, Summary
 
@@ -50,3 +54,37 @@ class FlakySummarizer:
         if self.failing:
             raise RuntimeError("summarizer exploded")
         return self.inner.merge(archives)
+
+
+class StoreState(NamedTuple):
+    """What the event store holds, to compare before and after a refused call."""
+
+    events: int
+    snapshots: int
+    heads: dict[str, int]  # session id -> last version
+    digest: str  # every stored byte of both tables
+
+
+def store_state(ledger: Any) -> StoreState:
+    """The store of ``ledger`` right now, read through a connection of its own."""
+    engine = create_engine(ledger.settings.url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as connection:
+            tables = inspect(connection).get_table_names()
+            dump: dict[str, list[tuple[Any, ...]]] = {}
+            for table in ("chatledger_events", "chatledger_snapshots"):
+                if table in tables:
+                    rows = connection.execute(text(f"SELECT * FROM {table}")).all()
+                    dump[table] = sorted((tuple(r) for r in rows), key=repr)
+                else:
+                    dump[table] = []
+    finally:
+        engine.dispose()
+    heads: dict[str, int] = {}
+    for row in dump["chatledger_events"]:
+        session, version = str(row[1]), int(row[2])
+        heads[session] = max(version, heads.get(session, 0))
+    digest = hashlib.sha256(repr(dump).encode()).hexdigest()
+    return StoreState(
+        len(dump["chatledger_events"]), len(dump["chatledger_snapshots"]), heads, digest
+    )

@@ -1,0 +1,364 @@
+"""Hostile but ordinary-looking input: nothing may brick a session, wedge read models or leak.
+
+Each test reproduces one class of the hardening issue on SQLite and
+PostgreSQL: the input is refused with a typed error and records nothing, or
+(for what a summarizer returns) the commit fails cleanly as ``CommitFailed``;
+afterwards the session still loads, verifies and exports.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from chatledger import (
+    ArchiveSummary,
+    ClientContext,
+    ExtractiveSummarizer,
+    InvalidInput,
+    InvalidSettings,
+    Message,
+    ReadModels,
+    SessionLedger,
+    Summary,
+)
+from chatledger.domain.quality import entity_retention_ratio, extract_entities
+from support import ALICE, BOB, store_state
+
+
+class ScriptedSummarizer:
+    """Returns whatever summary it is told to (to rehearse a misbehaving summarizer)."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.fields = fields
+        self.inner = ExtractiveSummarizer()
+
+    def summarize(self, messages: Sequence[Message]) -> Summary:
+        base = self.inner.summarize(messages)
+        return Summary.model_construct(**{**base.model_dump(), **self.fields})
+
+    def merge(self, archives: Sequence[ArchiveSummary]) -> Summary:
+        base = self.inner.merge(archives)
+        return Summary.model_construct(**{**base.model_dump(), **self.fields})
+
+
+# ------------------------------------------------ class 1: nothing undecodable
+UNRECORDABLE_META: list[tuple[str, Any]] = [
+    ("huge integer", {"n": 10**5000}),
+    ("integer past 64 bits", {"n": 2**63}),
+    ("negative past 64 bits", {"n": -(2**63) - 1}),
+    ("infinity", {"x": float("inf")}),
+    ("nan", {"x": float("nan")}),
+    ("non-str key", {1: "x"}),
+    ("set value", {"x": {1, 2}}),
+    ("bytes value", {"x": b"raw"}),
+    ("lone surrogate value", {"x": "a\udc80"}),
+    ("lone surrogate key", {"k\ud800": 1}),
+    ("too deep", {"x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}),
+    ("too big", {"x": "y" * 70_000}),
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "meta"), UNRECORDABLE_META, ids=[m[0] for m in UNRECORDABLE_META]
+)
+def test_a_context_meta_that_json_cannot_hold_is_refused(
+    ledger: SessionLedger, label: str, meta: dict[Any, Any]
+) -> None:
+    """meta with values JSON or a 64-bit column cannot hold raises InvalidInput; nothing stored."""
+    before = store_state(ledger)
+    with pytest.raises(InvalidInput):
+        ledger.add_message(
+            ALICE, "s1", "user", "hi", context=ClientContext.model_construct(meta=meta)
+        )
+    assert store_state(ledger) == before
+
+
+def test_a_context_within_the_limits_round_trips_exactly(ledger: SessionLedger) -> None:
+    """The largest accepted integers, floats, unicode and nesting come back equal."""
+    meta = {
+        "big": 2**63 - 1,
+        "small": -(2**63),
+        "float": 1e308,
+        "tiny": 5e-324,
+        "text": "naïve ✓ 𝄞 \x00 nul is fine inside JSON",
+        "nested": [{"a": [1, 2.5, None, True]}],
+    }
+    context = ClientContext(cwd="/srv/app", additional_directories=("/tmp",), meta=meta)
+    ledger.add_message(ALICE, "s1", "user", "hi", context=context)
+    ledger._cache.clear()  # a cold load decodes what was stored
+    assert ledger.session(ALICE, "s1").context == context
+    assert ledger.verify(ALICE, "s1").ok
+
+
+@pytest.mark.parametrize(
+    ("label", "metadata"),
+    [("huge integer", {"n": 10**5000}), ("infinity", {"x": float("inf")})],
+)
+def test_summarizer_metadata_that_cannot_be_stored_fails_the_commit(
+    make_ledger: Callable[..., SessionLedger], label: str, metadata: dict[str, Any]
+) -> None:
+    """A summarizer returning unstorable metadata gives CommitFailed, and the session lives on."""
+    ledger = make_ledger(summarizer=ScriptedSummarizer(metadata=metadata))
+    ledger.add_message(ALICE, "s1", "user", "Ship it to Berlin.")
+    result = ledger.commit(ALICE, "s1")
+    assert (result.status, result.archived) == ("failed", False)
+    assert "metadata" in (result.error or "")
+    assert [e.type for e in ledger.history(ALICE, "s1")][-1] == "CommitFailed"
+    ledger._cache.clear()
+    assert len(ledger.session(ALICE, "s1").buffer) == 1
+    assert ledger.verify(ALICE).ok
+    assert len(list(ledger.export(ALICE))) == 1 + 3
+
+
+# -------------------------------------------- class 3: a linear summarizer
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("unit", ["a", "A", "a_", "a.", "a/", "a()", "`", "Ab_c.d/e()"])
+def test_entity_extraction_is_linear_on_adversarial_text(unit: str) -> None:
+    """A million characters built to make a backtracking regex explode are read in one pass."""
+    text = (unit * (1_000_000 // len(unit) + 1))[:1_000_000]
+    extract_entities(text)  # quadratic before: 20k letters took 16 s, 1M would take hours
+
+
+def test_sentence_initial_words_are_not_entities() -> None:
+    """'Use' starting a sentence is no entity; names and acronyms are, wherever they stand."""
+    text = "Use PostgreSQL and AGFS for Project Falcon."
+    assert extract_entities(text) == {"PostgreSQL", "AGFS", "Project", "Falcon"}
+    assert entity_retention_ratio([text], "PostgreSQL, AGFS, Project Falcon") == 1.0
+    assert "Kafka" in extract_entities("Ask Kafka. Kafka answers.")
+
+
+def test_a_hanging_summarizer_fails_the_commit_at_the_timeout(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """Past summarizer_timeout the commit records CommitFailed; close() does not wait for it."""
+    release = threading.Event()
+
+    class Hanging(ExtractiveSummarizer):
+        def summarize(self, messages: Sequence[Message]) -> Summary:
+            release.wait(30)
+            return super().summarize(messages)
+
+    ledger = make_ledger(summarizer=Hanging(), summarizer_timeout=0.3)
+    try:
+        ledger.add_message(ALICE, "s1", "user", "hello")
+        result = ledger.commit(ALICE, "s1")
+        assert result.status == "failed"
+        assert "summarizer_timeout" in (result.error or "")
+        assert ledger.history(ALICE, "s1")[-1].type == "CommitFailed"
+        started = time.monotonic()
+        ledger.close()
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()
+
+
+# ----------------------------------------- class 7 and 9: numbers and text
+@pytest.mark.parametrize("idle", [float("inf"), float("nan"), -1.0, 1e20, 10**30, True, "5"])
+def test_evict_refuses_non_finite_or_absurd_idle_seconds(ledger: SessionLedger, idle: Any) -> None:
+    """evict(idle_seconds=inf/nan/1e20/...) raises InvalidInput and records nothing."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    before = store_state(ledger)
+    with pytest.raises(InvalidInput, match="idle_seconds"):
+        ledger.evict(ALICE, "s1", reason="idle", idle_seconds=idle)
+    assert store_state(ledger) == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("content", "a\udc80b"), ("name", "bot\ud800"), ("message_id", "m\udfff"), ("key", "k\ud800")],
+)
+def test_lone_surrogates_are_invalid_input(ledger: SessionLedger, field: str, value: str) -> None:
+    """A lone surrogate anywhere in a message or key is InvalidInput, not a serialisation error."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    before = store_state(ledger)
+    arguments: dict[str, Any] = {"content": "x", "name": None, "message_id": None, "key": "s1"}
+    arguments[field] = value
+    key = arguments.pop("key")
+    content = arguments.pop("content")
+    with pytest.raises(InvalidInput):
+        ledger.add_message(ALICE, key, "user", content, **arguments)
+    assert store_state(ledger) == before
+
+
+@pytest.mark.parametrize("tokens", [10**12 + 1, 2**63, 2**64, -1])
+def test_tool_token_counts_are_bounded(ledger: SessionLedger, tokens: int) -> None:
+    """Token counts past 10**12 (or negative) are refused, so usage totals cannot overflow."""
+    before = store_state(ledger)
+    with pytest.raises(InvalidInput):
+        ledger.add_message(
+            ALICE, "s1", "tool", "x", tool_call={"tool_name": "t", "prompt_tokens": tokens}
+        )
+    assert store_state(ledger) == before
+
+
+@pytest.mark.parametrize(
+    ("call", "pattern"),
+    [
+        (lambda lg: lg.session(ALICE, "s1", at_version=2**64), "at_version"),
+        (lambda lg: lg.context(ALICE, "s1", 2**64), "token_budget"),
+        (lambda lg: lg.history(ALICE, "s1", after_version=2**63), "after_version"),
+        (lambda lg: lg.diff(ALICE, "s1", 1, 2**64), "to_version"),
+        (lambda lg: lg.audit(ALICE, offset=2**64), "offset"),
+        (lambda lg: lg.evict_idle(ALICE, float("inf")), "max_idle_seconds"),
+        (lambda lg: lg.evict_idle(ALICE, float("nan")), "max_idle_seconds"),
+        (lambda lg: lg.evict_idle(ALICE, 1e20), "max_idle_seconds"),
+        (lambda lg: lg.wait_for_projections(2**64), "position"),
+        (lambda lg: lg.wait_for_projections(1, timeout=float("inf")), "timeout"),
+    ],
+)
+def test_out_of_range_numbers_are_invalid_input(
+    ledger: SessionLedger, call: Callable[[SessionLedger], Any], pattern: str
+) -> None:
+    """Numbers past 64 bits or non-finite raise InvalidInput naming the argument."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    before = store_state(ledger)
+    with pytest.raises(InvalidInput, match=pattern):
+        call(ledger)
+    assert store_state(ledger) == before
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"busy_timeout": float("inf")},
+        {"busy_timeout": float("nan")},
+        {"summarizer_timeout": float("inf")},
+        {"projections_poll_interval": float("nan")},
+        {"snapshot_interval": 2**64},
+        {"max_content_chars": 10**12},
+    ],
+    ids=repr,
+)
+def test_non_finite_or_absurd_settings_are_invalid_settings(
+    database_url: str, options: dict[str, Any]
+) -> None:
+    """Settings that are infinite, NaN or absurdly large raise InvalidSettings."""
+    with pytest.raises(InvalidSettings):
+        SessionLedger(database_url, **options)
+
+
+# ------------------------------------------------------ class 8: sizes
+@pytest.mark.parametrize(
+    ("label", "call"),
+    [
+        ("name", lambda lg: lg.add_message(ALICE, "s1", "user", "x", name="n" * 257)),
+        (
+            "cwd",
+            lambda lg: lg.add_message(ALICE, "s1", "user", "x", context=_context(cwd="/" * 5000)),
+        ),
+        (
+            "directories",
+            lambda lg: lg.add_message(
+                ALICE, "s1", "user", "x", context=_context(additional_directories=("/",) * 65)
+            ),
+        ),
+        (
+            "directory",
+            lambda lg: lg.add_message(
+                ALICE, "s1", "user", "x", context=_context(additional_directories=("d" * 5000,))
+            ),
+        ),
+        (
+            "meta",
+            lambda lg: lg.add_message(
+                ALICE, "s1", "user", "x", context=_context(meta={"k": "v" * 70_000})
+            ),
+        ),
+        ("content", lambda lg: lg.add_message(ALICE, "s1", "user", "x" * 1_000_001)),
+    ],
+)
+def test_every_string_and_collection_has_a_limit(
+    ledger: SessionLedger, label: str, call: Callable[[SessionLedger], Any]
+) -> None:
+    """Names, paths, directory lists, meta and content past their limits are refused."""
+    before = store_state(ledger)
+    with pytest.raises(InvalidInput):
+        call(ledger)
+    assert store_state(ledger) == before
+
+
+def test_an_event_over_max_event_bytes_is_refused(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """Whatever the fields, an event whose payload passes max_event_bytes is not recorded."""
+    ledger = make_ledger(max_event_bytes=4096)
+    ledger.add_message(ALICE, "s1", "user", "small")
+    before = store_state(ledger)
+    with pytest.raises(InvalidInput, match="max_event_bytes"):
+        ledger.add_message(ALICE, "s1", "user", "é" * 3000)
+    assert store_state(ledger) == before
+
+
+def _context(**fields: Any) -> ClientContext:
+    return ClientContext.model_construct(**{**ClientContext().model_dump(), **fields})
+
+
+# ------------------------------------- class 2: no event stops the read models
+def _raw(ledger: SessionLedger, sql: str, **values: Any) -> None:
+    engine = create_engine(ledger.settings.url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(sql), values)
+    finally:
+        engine.dispose()
+
+
+def test_usage_totals_saturate_instead_of_overflowing(ledger: SessionLedger) -> None:
+    """Token counts near 2**63 in stored rows (an older version's) never overflow the totals."""
+    first = ledger.add_message(
+        ALICE, "s1", "tool", "x", tool_call={"tool_name": "t", "prompt_tokens": 1}
+    )
+    second = ledger.add_message(
+        ALICE, "s1", "tool", "y", tool_call={"tool_name": "t", "prompt_tokens": 1}
+    )
+    for added in (first, second):
+        _raw(
+            ledger,
+            "UPDATE chatledger_events SET prompt_tokens = :huge WHERE id = :id",
+            huge=2**63 - 1,
+            id=added.position,
+        )
+    with ReadModels(ledger) as models:
+        models.catch_up()
+        assert models.skipped() == []
+        (usage,) = models.usage(ALICE)
+        assert usage.call_count == 2
+        assert usage.prompt_tokens == 2 * 10**12  # each row counts at most MAX_TOKENS
+
+
+def test_one_event_no_model_can_take_is_skipped_and_the_log_goes_on(
+    ledger: SessionLedger,
+) -> None:
+    """An undecodable archive event is skipped by that model only; later events still apply."""
+    for i in range(5):
+        ledger.add_message(ALICE, "s1", "user", f"m{i}")
+    ledger.commit(ALICE, "s1")
+    poison = ledger.history(ALICE, "s1")[-1]
+    assert poison.type == "Committed"
+    position = ledger.audit(ALICE, session="s1", types=["Committed"])[0].position
+    _raw(
+        ledger,
+        "UPDATE chatledger_events SET state = :state WHERE id = :id",
+        state=b'{"archive": "not an archive"}',
+        id=position,
+    )
+    for i in range(20):
+        ledger.add_message(BOB, f"b{i}", "user", "another tenant writes on")
+    with ReadModels(ledger, batch_size=1000) as models:
+        models.catch_up()
+        (skipped,) = models.skipped()
+        assert (skipped.model, skipped.position) == ("archives", position)
+        assert "decode" in skipped.error
+        head = models.head()
+        assert models.positions() == dict.fromkeys(models.names, head)
+        assert len(models.working_set(BOB)) == 20  # other tenants were never held up
+        assert models.working_set(ALICE)[0].commit_count == 1  # the working set took it
+        assert models.archives(ALICE, "s1") == []
+        models.rebuild("archives")  # a rebuild tries the event again (and records it again)
+        assert [s.position for s in models.skipped()] == [position]
