@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, text
 
 from chatledger.adapters.eventstore import events_table
 
@@ -94,3 +94,19 @@ def query_head_version(connection: Connection, *, session_id: UUID) -> int | Non
     )
     value = connection.execute(query).scalar()
     return None if value is None else int(value)
+
+
+def query_forked_sessions(connection: Connection, *, account_id: str) -> list[dict[str, Any]]:
+    """The sessions of an account whose first event is a ``Forked``, oldest first.
+
+    Through the session directory (the partial index on creations by account and key),
+    so the cost is the account's session count, not its event count.
+    """
+    query = (
+        select(_t.c.session_key, _t.c.originator_id.label("session_id"))
+        # Spelled as the partial index's condition, so the index serves it.
+        .where(_t.c.tenant == account_id, text("originator_version = 1"))
+        .where(_t.c.event_type == "Forked")
+        .order_by(_t.c.id)
+    )
+    return [dict(row) for row in connection.execute(query).mappings()]

@@ -41,6 +41,7 @@ from chatledger.ledger import SessionLedger
 from chatledger.read_models import (
     ArchiveEntry,
     AuditEntry,
+    ForkEntry,
     ProjectionTimeout,
     ReadModels,
     SkippedEvent,
@@ -101,6 +102,7 @@ __all__ = [
     "Evicted",
     "ExtractiveSummarizer",
     "FailedCommit",
+    "ForkEntry",
     "Forked",
     "ImportResult",
     "InMemoryArchiveStore",

@@ -37,7 +37,12 @@ from chatledger.adapters.read_models import (
     query_usage,
     query_working_set,
 )
-from chatledger.adapters.timeline import query_head_version, query_timeline, query_versions
+from chatledger.adapters.timeline import (
+    query_forked_sessions,
+    query_head_version,
+    query_timeline,
+    query_versions,
+)
 from chatledger.boundary import public as _public
 from chatledger.domain.errors import (
     AccessDenied,
@@ -47,6 +52,7 @@ from chatledger.domain.errors import (
     StoreUnavailable,
     UnknownSession,
 )
+from chatledger.domain.events import Forked
 from chatledger.domain.identity import session_id, validate_key
 from chatledger.domain.limits import check_aware, check_int, check_seconds
 from chatledger.domain.session import SessionStatus
@@ -143,6 +149,17 @@ class TimelineEntry(AuditEntry):
     tool_status: str | None
     prompt_tokens: int
     completion_tokens: int
+
+
+class ForkEntry(Row):
+    """A session started as a fork of another: its key, and the origin's version it copies."""
+
+    session_id: UUID
+    account_id: str
+    session_key: str
+    origin_version: int
+    created_at: datetime
+    actor: Principal
 
 
 class ToolUsage(Row):
@@ -560,6 +577,41 @@ class ReadModels:
                 versions = sorted({1 + round(i * step) for i in range(points)})
                 rows = query_versions(connection, session_id=sid, versions=versions)
         return [_timeline_entry(row) for row in rows]
+
+    @_public
+    def forks(
+        self, principal: Principal, key: str, *, account_id: str | None = None
+    ) -> list[ForkEntry]:
+        """The sessions forked from ``key`` (forks stay in its account), oldest first.
+
+        Read from the store (never behind): the account's fork creations through
+        the session directory index, each one's ``Forked`` event decoded to match
+        the origin exactly. Raises ``UnknownSession`` if ``key`` does not exist.
+        """
+        sid = self._session(principal, key, account_id)
+        tenant = account_id or principal.account_id
+        with store_errors("read the forks"), self._store.connect() as connection:
+            if query_head_version(connection, session_id=sid) is None:
+                raise UnknownSession(f"No session {key!r} in this account.")
+            candidates = query_forked_sessions(connection, account_id=tenant)
+        found = []
+        for row in candidates:
+            first = self._ledger.history(principal, row["session_key"], limit=1, account_id=tenant)[
+                0
+            ]
+            event = first.event
+            if isinstance(event, Forked) and event.origin_session_id == sid:
+                found.append(
+                    ForkEntry(
+                        session_id=row["session_id"],
+                        account_id=tenant,
+                        session_key=row["session_key"],
+                        origin_version=event.origin_version,
+                        created_at=first.timestamp,
+                        actor=first.actor,
+                    )
+                )
+        return found
 
     @property
     def _store(self) -> Engine:

@@ -166,3 +166,28 @@ def test_admins_verify_one_session_of_another_account(ledger: SessionLedger) -> 
         ledger.verify(ALICE, "same", account_id="globex")
     with pytest.raises(AccessDenied):
         ledger.verify(ALICE, account_id="globex")
+
+
+def test_forks_lists_the_sessions_forked_from_a_session(
+    ledger: SessionLedger, models: ReadModels
+) -> None:
+    """forks() names each fork and the origin version it copies; other origins' forks are not
+    listed, nor another account's; an unknown origin is UnknownSession."""
+    _grow(ledger, count=4)
+    ledger.add_message(ALICE, "other", "user", "another origin")
+    ledger.fork(ALICE, "long", 3, "retry-a")
+    ledger.fork(ALICE, "other", 2, "retry-other")
+    ledger.fork(ALICE, "long", 6, "retry-b")
+    ledger.add_message(BOB, "long", "user", "same key, other account")
+    ledger.fork(BOB, "long", 2, "bobs-fork")
+    forks = models.forks(ALICE, "long")
+    assert [(f.session_key, f.origin_version) for f in forks] == [("retry-a", 3), ("retry-b", 6)]
+    assert forks[0].actor.user_id == "alice" and forks[0].account_id == "acme"
+    assert models.forks(ALICE, "retry-a") == []
+    assert [f.session_key for f in models.forks(ADMIN, "long", account_id="globex")] == [
+        "bobs-fork"
+    ]
+    with pytest.raises(UnknownSession):
+        models.forks(ALICE, "missing")
+    with pytest.raises(AccessDenied):
+        models.forks(ALICE, "long", account_id="globex")

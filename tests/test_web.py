@@ -73,7 +73,7 @@ def test_no_route_accepts_a_write_method(client: Client) -> None:
         for r in viewer.app.routes
         if isinstance(r, Route)  # type: ignore[attr-defined]
     ]
-    assert len(paths) == 6
+    assert len(paths) == 7
     mounts = [r for r in viewer.app.routes if isinstance(r, Mount)]  # type: ignore[attr-defined]
     paths += [m.path + "/viewer.css" for m in mounts]
     for path in paths:
@@ -234,6 +234,16 @@ def test_the_timeline_marks_failures_merges_and_forks(client: Client) -> None:
     fork = viewer.get("/sessions/acme/t-1-retry").text
     assert 'class="origin" href="/sessions/acme/t-1/versions/5"' in fork
     assert 'data-counter="version">1<' in fork
+
+
+def test_the_forks_page_links_an_origin_to_its_forks(client: Client) -> None:
+    """The origin lists its fork with the version it was taken at; a fork-less session none."""
+    viewer = client()
+    html = viewer.get("/sessions/acme/t-1/forks").text
+    assert re.findall(r'class="fork-row" data-key="([^"]+)"', html) == ["t-1-retry"]
+    assert 'href="/sessions/acme/t-1/versions/5">version 5</a>' in html
+    assert "No session was forked" in viewer.get("/sessions/acme/t-1-retry/forks").text
+    assert viewer.get("/sessions/globex/t-1/forks").status_code == 403
 
 
 def test_a_long_session_is_paged_from_the_newest_events(

@@ -367,6 +367,14 @@ class _Pages:
         page = pages.diff_page(self.ledger, self.principal, account, key, start, end)
         return self._page(request, "diff.html", page=page, base=session_url(account, key))
 
+    def forks(self, request: Request) -> Response:
+        account, key = self._target(request)
+        found = self.models.forks(self.principal, key, account_id=account)
+        return self._page(
+            request, "forks.html", forks=found, account=account, key=key,
+            base=session_url(account, key),
+        )  # fmt: skip
+
     def verify(self, request: Request) -> Response:
         account, key = self._target(request)
         verdict = pages.verify_session(self.ledger, self.principal, account, key, self.cache)
@@ -438,6 +446,7 @@ def create_app(
         Route(session + "/versions/{version:int}", handlers.version, methods=get, name="version"),
         Route(session + "/diff", handlers.diff, methods=get, name="diff"),
         Route(session + "/verify", handlers.verify, methods=get, name="verify"),
+        Route(session + "/forks", handlers.forks, methods=get, name="forks"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
 
