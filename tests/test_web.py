@@ -236,6 +236,31 @@ def test_the_timeline_marks_failures_merges_and_forks(client: Client) -> None:
     assert 'data-counter="version">1<' in fork
 
 
+def test_evictions_closes_and_reactivations_are_marked_with_their_reason(
+    populated: SessionLedger, client: Client
+) -> None:
+    """An eviction shows its reason, a reactivation the status it left; the status pill follows."""
+    populated.evict(ALICE, "t-1-retry", reason="idle", idle_seconds=7200)
+    viewer = client()
+    evicted = viewer.get("/sessions/acme/t-1-retry").text
+    assert 'data-type="Evicted"' in evicted and "reason: idle" in evicted
+    assert 'class="pill status-evicted" data-counter="status">evicted<' in evicted
+    populated.add_message(ALICE, "t-1-retry", "user", "back again")
+    populated.close_session(ALICE, "t-1-retry")
+    html = viewer.get("/sessions/acme/t-1-retry").text
+    assert 'data-type="Reactivated"' in html and "was evicted" in html
+    assert 'data-type="Closed"' in html and 'data-counter="status">closed<' in html
+
+
+def test_a_diff_over_too_many_versions_is_refused_with_a_reason(
+    populated: SessionLedger, client: Client
+) -> None:
+    """A diff page never decodes a whole long session: over 20,000 versions apart is 400."""
+    viewer = client()
+    response = viewer.get("/sessions/acme/t-1/diff?from=1&to=20002")
+    assert response.status_code == 400 and "closer together" in response.text
+
+
 def test_the_forks_page_links_an_origin_to_its_forks(client: Client) -> None:
     """The origin lists its fork with the version it was taken at; a fork-less session none."""
     viewer = client()

@@ -30,6 +30,7 @@ from chatledger.domain.events import (
     Reactivated,
     Started,
 )
+from chatledger.domain.session import SessionStatus
 from chatledger.domain.values import Message, Principal
 from chatledger.errors import InvalidInput, UnknownSession
 from chatledger.ledger import SessionLedger
@@ -47,8 +48,19 @@ from chatledger.web import charts as plots
 SHOWN_MESSAGES = 200  # newest buffer / context messages shown on a version page
 SHOWN_DIFF_MESSAGES = 500
 SAMPLE_POINTS = 150
-ORDERS: tuple[WorkingSetOrder, ...] = ("last_activity", "created", "key", "pending_tokens")
-STATUSES = ("live", "evicted", "closed", "all")
+MAX_DIFF_SPAN = 20_000  # versions a diff page may decode
+ORDERS: dict[str, WorkingSetOrder] = {
+    "last_activity": "last_activity",
+    "created": "created",
+    "key": "key",
+    "pending_tokens": "pending_tokens",
+}
+STATUSES: dict[str, SessionStatus | None] = {
+    "live": "live",
+    "evicted": "evicted",
+    "closed": "closed",
+    "all": None,
+}
 
 
 # ------------------------------------------------------------------ verify cache
@@ -145,11 +157,11 @@ def sessions_page(
         raise InvalidInput("page must be 1 or more.")
     entries = models.working_set(
         principal,
-        order=order,
+        order=ORDERS[order],
         limit=page_size + 1,
         offset=(page - 1) * page_size,
         include_evicted=status == "all",
-        status=None if status == "all" else status,  # type: ignore[arg-type]
+        status=STATUSES[status],
         search=search or None,
         account_id=account,
     )
@@ -489,6 +501,11 @@ def diff_page(
 ) -> DiffPage:
     if from_version > to_version:
         from_version, to_version = to_version, from_version
+    if to_version - from_version > MAX_DIFF_SPAN:
+        raise InvalidInput(
+            f"Versions {from_version} and {to_version} are more than {MAX_DIFF_SPAN:,} apart; "
+            "a diff shows every message between them. Pick two versions closer together."
+        )
     change = ledger.diff(principal, key, from_version, to_version, account_id=account)
     counts: dict[str, int] = {}
     for name in change.event_types:
