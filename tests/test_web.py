@@ -3,7 +3,13 @@ escaping, the token and Host guards, paging, time travel, diff, verify and live 
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -213,6 +219,33 @@ def test_cli_serve_refuses_a_public_host_without_token(database_url: str) -> Non
     )
     assert result.exit_code == 1
     assert "needs a token" in result.output
+
+
+def test_cli_serve_prints_its_address_serves_read_only_and_stops_on_ctrl_c(
+    ledger: SessionLedger, database_url: str
+) -> None:
+    """`chatledger serve` prints the address it serves; the pages answer; SIGINT stops it."""
+    ledger.add_message(ALICE, "t-1", "user", "hello from the CLI test")
+    command = [sys.executable, "-m", "chatledger.cli", "serve", "--url", database_url,
+               "--account", "acme", "--user", "alice", "--port", "0"]  # fmt: skip
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("CHATLEDGER_")}
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        found = re.search(r"on (http://127\.0\.0\.1:\d+/)", line)
+        assert found, line + (process.stderr.read() if process.poll() is not None else "")
+        with urllib.request.urlopen(found.group(1) + "sessions/acme/t-1/versions/2") as page:
+            assert "hello from the CLI test" in page.read().decode()
+        request = urllib.request.Request(found.group(1), method="POST", data=b"")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request)
+        assert refused.value.code == 405
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
 
 
 def test_create_app_refuses_a_bad_principal_or_empty_token(ledger: SessionLedger) -> None:

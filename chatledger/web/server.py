@@ -10,6 +10,7 @@ once; tests and benchmarks run it in a background thread.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 import threading
@@ -66,6 +67,9 @@ class ViewerServer:
         try:
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._socket.bind(address)
+            # Listening now, not when uvicorn starts: a client that read the printed
+            # address queues in the backlog instead of being refused.
+            self._socket.listen(128)
         except OSError as error:
             self._socket.close()
             raise StoreUnavailable(f"Cannot listen on {host}:{port}: {error}") from error
@@ -124,6 +128,10 @@ class ViewerServer:
         self.stop()
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)  # at once, even into a pipe: whoever started us waits for it
+
+
 def serve(
     principal: Principal,
     *,
@@ -132,9 +140,10 @@ def serve(
     port: int = 8765,
     token: str | None = None,
     open_browser: bool = False,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the viewer of the ledger at ``url`` as ``principal`` until Ctrl-C."""
+    say = echo or _say
     check_binding(host, token)
     settings = load_settings(url=url, create_tables=False)
     with SessionLedger(settings=settings) as ledger:
@@ -148,8 +157,11 @@ def serve(
         address = server.url + (f"?token={token}" if token else "")
         who = f"{principal.account_id}/{principal.user_id or '-'}"
         scope = "all accounts (admin)" if principal.is_admin else f"account {principal.account_id}"
-        echo(f"chatledger viewer (read-only, as {who}: {scope}) on {address}")
-        echo("Press Ctrl-C to stop.")
+        say(f"chatledger viewer (read-only, as {who}: {scope}) on {address}")
+        say("Press Ctrl-C to stop.")
         if open_browser:
             webbrowser.open(address)
-        server.serve_forever()
+        # uvicorn shuts down gracefully on Ctrl-C, then re-raises it: a requested stop.
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
+        say("Stopped.")
