@@ -18,13 +18,14 @@ by the application service).
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.application import Application
+from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
@@ -69,6 +70,7 @@ from chatledger.domain.session import Session, replay
 from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
 from chatledger.projections.facts import FACT_COLUMNS, StoredFacts, stored_facts
 
+logger = logging.getLogger("chatledger.store")
 metadata = MetaData()
 _R = TypeVar("_R", bound="_SqlRecorder")
 APPEND_CHANNEL = "chatledger_events"
@@ -852,13 +854,56 @@ class EventStoreApplication(Application[UUID]):
                 )
         return row
 
+    @property
+    def snapshot_recorder(self) -> SqlSnapshotRecorder:
+        recorder = self.snapshots.recorder if self.snapshots is not None else None
+        assert isinstance(recorder, SqlSnapshotRecorder)
+        return recorder
+
     def load(self, session_id: UUID, version: int | None = None) -> Session:
         """A session from its newest snapshot (at or before ``version``) and later events.
 
-        Raises the library's ``AggregateNotFoundError`` for an unknown id.
+        A snapshot is trusted only as a shortcut: its own version must still be
+        in the stream (one from beyond the last event would make every later
+        write conflict) and it must decode; otherwise the session is replayed
+        from its first event and the snapshot is reported in the log. Raises the
+        library's ``AggregateNotFoundError`` for an unknown id.
         """
-        session: Session = self.repository.get(session_id, version=version, projector_func=replay)
-        return session
+        session: Session | None = None
+        start = 0
+        newest = self.snapshot_recorder.select_events(session_id, lte=version, desc=True, limit=1)
+        if newest:
+            snapshot = newest[0]
+            try:
+                session = self.mapper.to_domain_event(snapshot).mutate(None)
+                start = snapshot.originator_version - 1  # read its own event too: is it there?
+            except Exception as error:  # any decoding problem: replay instead
+                logger.warning(
+                    "Snapshot of session %s at version %d cannot be decoded (%s); replaying "
+                    "its events instead. verify() reports it.",
+                    session_id, snapshot.originator_version, error,
+                )  # fmt: skip
+                session = None
+        rows = self.event_recorder.select_events(session_id, gt=start or None, lte=version)
+        if session is not None:
+            if not rows or rows[0].originator_version != session.version:
+                logger.warning(
+                    "Snapshot of session %s at version %d is past its last event; replaying "
+                    "its events instead. verify() reports it.",
+                    session_id, session.version,
+                )  # fmt: skip
+                session = None
+                rows = self.event_recorder.select_events(session_id, lte=version)
+            else:
+                rows = rows[1:]
+        loaded = replay(session, (self.mapper.to_domain_event(row) for row in rows))
+        if loaded is None:
+            raise AggregateNotFoundError(f"No session with id {session_id}")
+        return loaded
+
+    def snapshot_rows(self, session_id: UUID) -> Sequence[StoredEvent]:
+        """A session's stored snapshots, undecoded, oldest first (for verification)."""
+        return self.snapshot_recorder.select_events(session_id)
 
     def _snapshot(self, session: Session) -> None:
         assert self.snapshots is not None

@@ -13,8 +13,9 @@ records all of it in one transaction into an empty ledger.
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -24,7 +25,9 @@ from eventsourcing.persistence import IntegrityError
 from chatledger.adapters.chain import BrokenLink, ChainRow, first_breaks
 from chatledger.adapters.mapper import TimedStoredEvent
 from chatledger.domain.errors import AccessDenied, InvalidInput
+from chatledger.domain.events import Forked, Started
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.identity import session_id
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
 from chatledger.domain.values import Principal
@@ -35,7 +38,9 @@ if TYPE_CHECKING:
     from chatledger.ledger import SessionLedger
 
 EXPORT_FORMAT = "chatledger/export"
-EXPORT_FORMAT_VERSION = 1
+EXPORT_FORMAT_VERSION = 2
+"""2: payloads as JSON objects (``event``) where exact; 1: payloads as text (``state``)."""
+READABLE_FORMAT_VERSIONS = (1, 2)
 
 
 def _identity(row: ChainRow) -> tuple[str | None, str | None]:
@@ -158,13 +163,47 @@ def _check_replay(ledger: SessionLedger, rows: list[ChainRow]) -> tuple[int, Bro
     event's, and every stored snapshot the state replayed up to it. Returns
     (snapshots checked, the first problem)."""
     app = ledger._app
-    assert app.snapshots is not None
     sid = rows[0].originator_id
-    stored = {s.originator_version: s for s in app.snapshots.get(sid)}
+    raw = app.snapshot_rows(sid)
+    last = rows[-1].version
+    stored: dict[int, Any] = {}
+    for snapshot in raw:
+        version = snapshot.originator_version
+        problem = None
+        if version > last:
+            problem = (
+                "snapshot past the last event",
+                f"a snapshot at version {last} or before",
+                f"a snapshot at version {version}",
+            )
+        else:
+            try:
+                stored[version] = app.mapper.to_domain_event(snapshot)
+            except Exception as error:
+                problem = (
+                    "snapshot cannot be decoded",
+                    "a snapshot this chatledger version can read",
+                    f"{type(error).__name__}: {error}"[:300],
+                )
+        if problem is not None:
+            reason, expected, found = problem
+            return len(raw), BrokenLink(
+                session_id=sid, version=version, position=None, reason=reason,
+                expected=expected, found=found,
+            )  # fmt: skip
     session: Session | None = None
     for row in rows:
         try:
             session, expected = _replay(ledger, row, session)
+        except _Forged as error:
+            return len(stored), BrokenLink(
+                session_id=sid,
+                version=row.version,
+                position=row.position,
+                reason="identity does not derive",
+                expected="a stream id derived from the session's tenant and key",
+                found=str(error)[:300],
+            )
         except _Unreplayable as error:  # a chain-consistent row this version cannot apply
             return len(stored), BrokenLink(
                 session_id=sid,
@@ -209,6 +248,11 @@ class _Unreplayable(Exception):
     """A stored row this version cannot decode or apply (the message says why)."""
 
 
+class _Forged(_Unreplayable):
+    """A session's first event names a tenant and key (or fork origin) its stream id does not
+    derive from (the message says which)."""
+
+
 def _replay(
     ledger: SessionLedger, row: ChainRow, session: Session | None
 ) -> tuple[Session, StoredFacts]:
@@ -223,6 +267,10 @@ def _replay(
             raise TypeError("the first event does not start a session")
     except Exception as error:
         raise _Unreplayable(f"{type(error).__name__}: {error}") from error
+    if row.version == 1:
+        forged = _identity_problem(event, row)
+        if forged is not None:
+            raise _Forged(forged)
     return replayed, stored_facts(event, replayed.tenant, replayed.key, replayed.counters())
 
 
@@ -247,22 +295,54 @@ def export(ledger: SessionLedger, principal: Principal, key: str | None) -> Iter
     )
     for tenant, skey, rows in _sessions(ledger, principal, key):
         for row in rows:
-            yield json.dumps(
-                {
-                    "position": row.position,
-                    "session_id": row.originator_id.hex,
-                    "tenant": tenant,
-                    "key": skey,
-                    "version": row.version,
-                    "type": row.topic.rsplit(":", 1)[-1],
-                    "topic": row.topic,
-                    "timestamp": from_micros(row.timestamp_us).isoformat(),
-                    "timestamp_us": row.timestamp_us,
-                    "state": row.state.decode(),
-                    "hash": row.hash.hex(),
-                },
-                ensure_ascii=False,
-            )
+            record: dict[str, Any] = {
+                "position": row.position,
+                "session_id": row.originator_id.hex,
+                "tenant": tenant,
+                "key": skey,
+                "version": row.version,
+                "type": row.topic.rsplit(":", 1)[-1],
+                "topic": row.topic,
+                "timestamp": from_micros(row.timestamp_us).isoformat(),
+                "timestamp_us": row.timestamp_us,
+                **_payload(row.state),
+                "hash": row.hash.hex(),
+            }
+            yield json.dumps(record, ensure_ascii=False)
+
+
+def _payload(state: bytes) -> dict[str, Any]:
+    """The stored payload as an export carries it: ``{"event": <JSON object>}`` when
+    re-encoding that object gives back the exact stored bytes (the hash covers
+    them), else the stored text as it is (``{"state": "..."}``), or its bytes in
+    base64 if they are not even text (``{"state_base64": "..."}``)."""
+    try:
+        text = state.decode()
+    except UnicodeDecodeError:  # not text at all (edited by hand?): keep every byte
+        return {"state_base64": base64.b64encode(state).decode()}
+    try:
+        event = json.loads(text)
+    except ValueError:
+        return {"state": text}
+    if isinstance(event, dict) and _encode_payload(event) == state:
+        return {"event": event}
+    return {"state": text}
+
+
+def _encode_payload(event: dict[str, Any]) -> bytes:
+    """The stored bytes of an exported ``event`` object (the inverse of ``_payload``)."""
+    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _state_of(record: dict[str, Any]) -> bytes:
+    if "event" in record:
+        event = record["event"]
+        if not isinstance(event, dict):
+            raise TypeError("'event' must be a JSON object")
+        return _encode_payload(event)
+    if "state_base64" in record:
+        return base64.b64decode(str(record["state_base64"]), validate=True)
+    return str(record["state"]).encode()
 
 
 def _parse(lines: Iterable[str]) -> list[ChainRow]:
@@ -282,9 +362,11 @@ def _parse(lines: Iterable[str]) -> list[ChainRow]:
                 raise InvalidInput(
                     f"Line {number} is not a chatledger export header; nothing was imported."
                 )
-            if record.get("format_version") != EXPORT_FORMAT_VERSION:
+            if record.get("format_version") not in READABLE_FORMAT_VERSIONS:
                 raise InvalidInput(
-                    f"Unsupported export format version {record.get('format_version')!r}."
+                    f"Unsupported export format version {record.get('format_version')!r}; "
+                    f"this chatledger version reads {READABLE_FORMAT_VERSIONS}. Nothing was "
+                    "imported."
                 )
             header_seen = True
             continue
@@ -295,7 +377,7 @@ def _parse(lines: Iterable[str]) -> list[ChainRow]:
                     originator_id=UUID(str(record["session_id"])),
                     version=int(record["version"]),
                     topic=str(record["topic"]),
-                    state=str(record["state"]).encode(),
+                    state=_state_of(record),
                     timestamp_us=int(record["timestamp_us"]),
                     hash=bytes.fromhex(str(record["hash"])),
                 )
@@ -309,9 +391,18 @@ def _parse(lines: Iterable[str]) -> list[ChainRow]:
     return rows
 
 
-def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
-    rows = _parse(lines)
+def import_(
+    ledger: SessionLedger, lines: Iterable[str], progress: ImportProgress | None = None
+) -> ImportResult:
     recorder = ledger._app.event_recorder
+    if recorder.max_notification_id() is not None:  # before reading a line of the file
+        raise InvalidInput(
+            "Import needs an empty ledger, and this one holds events; import into a new "
+            "database. Nothing was imported."
+        )
+    report = progress or _no_progress
+    rows = _parse(lines)
+    report("read", len(rows), len(rows))
     rows.sort(key=lambda r: (r.originator_id.bytes, r.version))
     broken = next(first_breaks(rows, recorder.chain_key), None)
     if broken is not None:
@@ -334,16 +425,24 @@ def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
             )
     facts: dict[int, StoredFacts] = {}
     session: Session | None = None
-    for row in rows:  # every event must rebuild, or the ledger could not load it later
+    for done, row in enumerate(rows, start=1):  # every event must rebuild, or it could not load
         if row.version == 1:  # rows are in (session, version) order: a new session
             session = None
         try:
             session, facts[row.position] = _replay(ledger, row, session)
+        except _Forged as error:
+            raise InvalidInput(
+                f"Session {row.originator_id} {error}; the file was altered (without a "
+                "chain_key anyone can recompute the hashes). Nothing was imported."
+            ) from None
         except _Unreplayable as error:
             raise InvalidInput(
                 f"Event {row.version} of session {row.originator_id} cannot be replayed "
                 f"({error}); nothing was imported."
             ) from None
+        if done % _PROGRESS_EVERY == 0:
+            report("verify", done, len(rows))
+    report("verify", len(rows), len(rows))
     rows.sort(key=lambda r: r.position)
     try:
         recorder.insert_exported(rows, [facts[r.position] for r in rows])
@@ -351,4 +450,48 @@ def import_(ledger: SessionLedger, lines: Iterable[str]) -> ImportResult:
         raise InvalidInput(
             f"Import needs an empty ledger ({error}); nothing was imported."
         ) from None
+    report("write", len(rows), len(rows))
     return ImportResult(sessions=len({r.originator_id for r in rows}), events=len(rows))
+
+
+ImportProgress = Callable[[str, int, int], None]
+"""Called by ``import_`` with (phase, done, total): phases ``read``, ``verify``, ``write``."""
+_PROGRESS_EVERY = 1000
+
+
+def _no_progress(phase: str, done: int, total: int) -> None:
+    return None
+
+
+def _identity_problem(event: SessionEvent, row: ChainRow) -> str | None:
+    """Why a session's first ``event`` does not belong under ``row``'s stream id, if it does not.
+
+    A stream id is derived from tenant and key, and a fork names its origin's
+    id, derived from the same tenant and the origin's key: where they do not
+    derive, a key of one tenant would resolve into another tenant's session.
+    """
+    if not isinstance(event, Started | Forked):
+        return f"starts with {type(event).__name__}, not Started or Forked"
+    expected = session_id_of(event.tenant, event.key)
+    if expected != row.originator_id:
+        return (
+            f"names tenant {event.tenant!r} and key {event.key!r}, whose stream id is "
+            f"{expected}, not {row.originator_id}"
+        )
+    if isinstance(event, Forked):
+        origin = session_id_of(event.tenant, event.origin_key)
+        if origin != event.origin_session_id:
+            return (
+                f"is a fork naming origin {event.origin_session_id} with key "
+                f"{event.origin_key!r}, which is not that key's session in tenant "
+                f"{event.tenant!r}"
+            )
+    return None
+
+
+def session_id_of(tenant: str, key: str) -> UUID | None:
+    """The stream id of ``(tenant, key)``, or ``None`` if they are not valid identifiers."""
+    try:
+        return session_id(tenant, key)
+    except InvalidInput:
+        return None

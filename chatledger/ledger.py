@@ -640,9 +640,18 @@ class SessionLedger:
             yield line
 
     @_public
-    def import_(self, lines: Iterable[str]) -> ImportResult:
-        """Import an export into this (empty) ledger; a broken file imports nothing."""
-        result = audit.import_(self, lines)
+    def import_(
+        self,
+        lines: Iterable[str],
+        *,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> ImportResult:
+        """Import an export into this (empty) ledger; a broken file imports nothing.
+
+        ``progress`` is called with (phase, done, total) as the phases ``read``,
+        ``verify`` (every event replayed and checked) and ``write`` advance.
+        """
+        result = audit.import_(self, lines, progress)
         with self._cache_lock:
             self._cache.clear()
         return result

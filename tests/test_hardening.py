@@ -8,9 +8,11 @@ afterwards the session still loads, verifies and exports.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -27,8 +29,9 @@ from chatledger import (
     SessionLedger,
     Summary,
 )
+from chatledger.adapters.chain import GENESIS, chain_hash
 from chatledger.domain.quality import entity_retention_ratio, extract_entities
-from support import ALICE, BOB, store_state
+from support import ADMIN, ALICE, BOB, store_state
 
 
 class ScriptedSummarizer:
@@ -362,3 +365,180 @@ def test_one_event_no_model_can_take_is_skipped_and_the_log_goes_on(
         assert models.archives(ALICE, "s1") == []
         models.rebuild("archives")  # a rebuild tries the event again (and records it again)
         assert [s.position for s in models.skipped()] == [position]
+
+
+# ------------------------------------------- class 5: snapshots are checked
+def _snapshot_row(ledger: SessionLedger) -> dict[str, Any]:
+    engine = create_engine(ledger.settings.url)
+    try:
+        with engine.connect() as connection:
+            query = "SELECT * FROM chatledger_snapshots ORDER BY originator_version DESC"
+            row = connection.execute(text(query)).mappings().first()
+            assert row is not None
+            return dict(row)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def snapshotted(make_ledger: Callable[..., SessionLedger]) -> SessionLedger:
+    """A ledger whose session s1 has snapshots (commits make them pay)."""
+    ledger = make_ledger(snapshot_interval=4)
+    for round_ in range(3):
+        for i in range(3):
+            ledger.add_message(ALICE, "s1", "user", f"Question {round_}.{i}.")
+        ledger.commit(ALICE, "s1")
+    assert store_state(ledger).snapshots >= 1
+    return ledger
+
+
+def test_a_snapshot_past_the_last_event_is_reported_and_never_used(
+    snapshotted: SessionLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot row beyond the head: verify reports it, loads replay, writes still work."""
+    row = _snapshot_row(snapshotted)
+    head = store_state(snapshotted).heads
+    (last,) = head.values()
+    _raw(
+        snapshotted,
+        "INSERT INTO chatledger_snapshots (originator_id, originator_version, topic, state, "
+        "timestamp_us) VALUES (:originator_id, :version, :topic, :state, :timestamp_us)",
+        **{**row, "version": last + 5},
+    )
+    report = snapshotted.verify(ALICE)
+    assert [i.reason for i in report.issues] == ["snapshot past the last event"]
+    snapshotted._cache.clear()
+    with caplog.at_level("WARNING", logger="chatledger.store"):
+        assert snapshotted.session(ALICE, "s1").version == last
+    assert "past its last event" in caplog.text
+    added = snapshotted.add_message(ALICE, "s1", "user", "still writable")
+    assert added.version == last + 1
+
+
+def test_a_garbled_snapshot_is_reported_and_loading_falls_back_to_replay(
+    snapshotted: SessionLedger, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An undecodable snapshot: verify reports it (no crash); session() replays the events."""
+    row = _snapshot_row(snapshotted)
+    expected = snapshotted.session(ALICE, "s1")
+    _raw(
+        snapshotted,
+        "UPDATE chatledger_snapshots SET state = :state WHERE originator_version = :version",
+        state=b"{not json",
+        version=row["originator_version"],
+    )
+    report = snapshotted.verify(ALICE)
+    assert [i.reason for i in report.issues] == ["snapshot cannot be decoded"]
+    snapshotted._cache.clear()
+    with caplog.at_level("WARNING", logger="chatledger.store"):
+        assert snapshotted.session(ALICE, "s1") == expected
+    assert "cannot be decoded" in caplog.text
+
+
+# ------------------------------------- class 6: import re-derives identities
+def _export_records(ledger: SessionLedger) -> tuple[str, list[dict[str, Any]]]:
+    lines = list(ledger.export(ADMIN))
+    return lines[0], [json.loads(line) for line in lines[1:]]
+
+
+@pytest.fixture
+def target(other_database_url: str) -> Iterator[SessionLedger]:
+    """An empty ledger in another database (of the other kind), to import into."""
+    with SessionLedger(other_database_url) as ledger:
+        yield ledger
+
+
+def _rehash(header: str, records: list[dict[str, Any]]) -> list[str]:
+    """The records with every hash recomputed to fit (possible without a chain_key)."""
+    previous: dict[str, bytes] = {}
+    for r in sorted(records, key=lambda r: (r["session_id"], r["version"])):
+        state = json.dumps(r["event"], ensure_ascii=False, separators=(",", ":")).encode()
+        digest = chain_hash(
+            previous.get(r["session_id"], GENESIS),
+            position=r["position"],
+            originator_id=uuid.UUID(r["session_id"]),
+            version=r["version"],
+            topic=r["topic"],
+            timestamp_us=r["timestamp_us"],
+            state=state,
+        )
+        r["hash"] = digest.hex()
+        previous[r["session_id"]] = digest
+    return [header, *(json.dumps(r) for r in records)]
+
+
+def test_export_payloads_are_json_objects(ledger: SessionLedger) -> None:
+    """Export format 2 carries each payload as a JSON object that re-encodes to the stored bytes."""
+    ledger.add_message(ALICE, "s1", "user", 'naïve ✓ "quoted" \\ back\nslash')
+    header, records = _export_records(ledger)
+    assert json.loads(header)["format_version"] == 2
+    assert [r["event"]["message"]["content"] for r in records[1:]] == [
+        'naïve ✓ "quoted" \\ back\nslash'
+    ]
+    assert all("state" not in r for r in records)
+
+
+def test_import_refuses_a_session_whose_id_does_not_derive_from_tenant_and_key(
+    ledger: SessionLedger, target: SessionLedger
+) -> None:
+    """A re-hashed export moving acme's session into globex's tenant is refused whole."""
+    ledger.add_message(ALICE, "s1", "user", "mine")
+    ledger.add_message(BOB, "b1", "user", "theirs")
+    header, records = _export_records(ledger)
+    started = next(r for r in records if r["tenant"] == "acme" and r["version"] == 1)
+    started["event"]["tenant"] = "globex"  # the same stream id, now claiming another tenant
+    before = store_state(target)
+    with pytest.raises(InvalidInput, match="tenant 'globex'"):
+        target.import_(_rehash(header, records))
+    assert store_state(target) == before
+
+
+def test_import_refuses_a_fork_naming_another_tenants_origin(
+    ledger: SessionLedger, target: SessionLedger
+) -> None:
+    """A fork whose origin id is not its origin key's session in the same tenant is refused."""
+    ledger.add_message(ALICE, "s1", "user", "origin")
+    ledger.fork(ALICE, "s1", 2, "copy")
+    header, records = _export_records(ledger)
+    forked = next(r for r in records if r["type"] == "Forked")
+    forked["event"]["origin_session_id"] = str(uuid.uuid5(uuid.NAMESPACE_DNS, "elsewhere"))
+    with pytest.raises(InvalidInput, match="fork naming origin"):
+        target.import_(_rehash(header, records))
+
+
+def test_verify_reports_a_stored_identity_that_does_not_derive(ledger: SessionLedger) -> None:
+    """A Started row rewritten (hash recomputed, no chain_key) to another tenant is reported."""
+    ledger.add_message(ALICE, "s1", "user", "mine")
+    header, records = _export_records(ledger)
+    started = records[0]
+    started["event"]["tenant"] = "globex"
+    for line in _rehash(header, records)[1:]:  # the whole session, so the chain holds
+        forged = json.loads(line)
+        _raw(
+            ledger,
+            "UPDATE chatledger_events SET state = :state, hash = :hash WHERE id = :id",
+            state=json.dumps(forged["event"], ensure_ascii=False, separators=(",", ":")).encode(),
+            hash=bytes.fromhex(forged["hash"]),
+            id=forged["position"],
+        )
+    (issue,) = ledger.verify(ADMIN).issues
+    assert issue.reason == "identity does not derive"
+
+
+def test_import_checks_an_empty_ledger_before_reading_and_reports_progress(
+    ledger: SessionLedger, target: SessionLedger
+) -> None:
+    """A non-empty target refuses before reading a line; progress reports read/verify/write."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    lines = list(ledger.export(ADMIN))
+
+    def never_read() -> Iterator[str]:
+        raise AssertionError("the file was read")
+        yield ""
+
+    with pytest.raises(InvalidInput, match="empty ledger"):
+        ledger.import_(never_read())
+    phases: list[tuple[str, int, int]] = []
+    target.import_(lines, progress=lambda *step: phases.append(step))
+    assert [p[0] for p in phases] == ["read", "verify", "write"]
+    assert all(done == total == 2 for _, done, total in phases)
