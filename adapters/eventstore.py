@@ -18,6 +18,8 @@ by the application service).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import logging
 import threading
 from collections import OrderedDict
@@ -51,6 +53,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    String,
     Table,
     Text,
     Uuid,
@@ -59,10 +62,17 @@ from sqlalchemy import (
     text,
     type_coerce,
 )
+from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.chain import GENESIS, ChainRow, chain_hash
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
-from chatledger.domain.errors import InvalidInput, LedgerNotFound, StoreUnavailable
+from chatledger.adapters.migrations import SCHEMA_HEAD, check_schema, prepare_schema
+from chatledger.domain.errors import (
+    InvalidInput,
+    InvalidSettings,
+    LedgerNotFound,
+    StoreUnavailable,
+)
 from chatledger.domain.events import MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
@@ -116,7 +126,17 @@ events_table = Table(
     Column("prompt_tokens", BigInteger, nullable=False),
     Column("completion_tokens", BigInteger, nullable=False),
     Column("summary", Text, nullable=False),
+    Column("idempotency_key", Text, nullable=True),
     Index("chatledger_events_stream", "originator_id", "originator_version", unique=True),
+    # The caller's key of a write, unique per session: a retry finds the write.
+    Index(
+        "chatledger_events_idempotency",
+        "originator_id",
+        "idempotency_key",
+        unique=True,
+        sqlite_where=text("idempotency_key IS NOT NULL"),
+        postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
     # The session directory: one entry per session (its creation event), by
     # account and key. Partial, so appends other than creations pay nothing.
     Index(
@@ -142,6 +162,14 @@ events_table = Table(
     ),
 )
 assert tuple(c.name for c in events_table.columns)[7:] == FACT_COLUMNS
+
+meta_table = Table(
+    "chatledger_meta",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+"""Name/value facts about the ledger itself (e.g. the check value of its chain key)."""
 
 snapshots_table = Table(
     "chatledger_snapshots",
@@ -210,40 +238,118 @@ def query_audit(
     return [dict(row) for row in rows.mappings()]
 
 
-def create_tables(engine: Engine) -> None:
-    """Create the store's tables if missing; safe to run from several processes.
+def create_tables(engine: Engine) -> str:
+    """Create the store's tables, or upgrade them in place; safe from several processes.
 
-    The check-then-create runs under the write lock from the start (SQLite:
-    BEGIN IMMEDIATE; PostgreSQL: an advisory lock, since concurrent CREATE
-    TABLE IF NOT EXISTS races on the catalogue with "tuple concurrently
-    updated"), so processes opening a fresh database together queue up.
+    Runs under the write lock from the start (SQLite: BEGIN IMMEDIATE;
+    PostgreSQL: an advisory lock, since concurrent CREATE TABLE IF NOT EXISTS
+    races on the catalogue with "tuple concurrently updated"), so processes
+    opening a fresh or older database together queue up. Returns what was
+    done: ``created``, ``upgraded`` or ``current`` (see ``adapters.migrations``).
     """
     with engine.connect() as plain:
         connection = plain.execution_options(sqlite_begin="IMMEDIATE")
         with connection.begin():
             if engine.dialect.name == "postgresql":
                 connection.execute(text("SELECT pg_advisory_xact_lock(7366524411)"))
-            metadata.create_all(connection, checkfirst=True)
-            columns = {c["name"] for c in inspect(connection).get_columns(events_table.name)}
-            if not set(FACT_COLUMNS) <= columns:
-                raise StoreUnavailable(
-                    f"The table {events_table.name} was created by a development build of "
-                    "chatledger before 0.1.0 (it has no stored-facts columns) and cannot be "
-                    "opened by this version. Export it with the build that wrote it "
-                    "(`chatledger export`) and import the file into a new database."
-                )
+            if inspect(connection).has_table(events_table.name):
+                columns = {c["name"] for c in inspect(connection).get_columns(events_table.name)}
+                if not {"tenant", "summary"} <= columns:
+                    raise StoreUnavailable(
+                        f"The table {events_table.name} was created by a development build of "
+                        "chatledger before 0.1.0 (it has no stored-facts columns) and cannot be "
+                        "opened by this version. Export it with the build that wrote it "
+                        "(`chatledger export`) and import the file into a new database."
+                    )
+            done = prepare_schema(connection, metadata, events_table.name)
+    if done == "upgraded":
+        logger.warning(
+            "Upgraded the ledger's schema at %s in place to revision %s.",
+            engine.url.render_as_string(hide_password=True), SCHEMA_HEAD,
+        )  # fmt: skip
+    return done
 
 
 def require_tables(engine: Engine) -> None:
     """Raise ``LedgerNotFound`` unless the database holds chatledger's event store."""
     with engine.connect() as connection:
         found = inspect(connection).has_table(events_table.name)
+        if found:
+            check_schema(connection, events_table.name)
     if not found:
         raise LedgerNotFound(
             f"{engine.url.render_as_string(hide_password=True)} holds no chatledger ledger "
             f"(no table {events_table.name}). Check the URL, or open it once with table "
             "creation on (create_tables=True, the default) to start a new ledger."
         )
+
+
+CHAIN_KEY_CHECK = "chain_key_check"
+_CHECK_MESSAGE = b"chatledger chain key check"
+_SAMPLED_SESSIONS = 20
+
+
+def chain_key_check_value(key: bytes | None) -> str:
+    """What ``chatledger_meta`` records of a chain key: reveals nothing of the key, but a
+    different key (or none) gives a different value."""
+    if not key:
+        return "sha256"
+    return "hmac-sha256:" + hmac.new(key, _CHECK_MESSAGE, hashlib.sha256).hexdigest()[:32]
+
+
+def check_chain_key(engine: Engine, key: bytes | None, *, record: bool) -> None:
+    """Raise ``InvalidSettings`` if ``key`` is not the key the ledger's chains were written with.
+
+    The ledger records a check value of its key with its first open; a ledger
+    written before that (0.1.0) is checked against the hashes of the first
+    events of up to 20 sessions, which chain onto nothing but the key. With
+    ``record`` the check value is stored if it was missing.
+    """
+    expected = chain_key_check_value(key)
+    t = meta_table
+    with engine.connect() as connection:
+        stored = connection.execute(select(t.c.value).where(t.c.name == CHAIN_KEY_CHECK)).scalar()
+        if stored is None:
+            firsts = connection.execute(
+                select(
+                    events_table.c.id, events_table.c.originator_id, events_table.c.topic,
+                    events_table.c.state, events_table.c.timestamp_us, events_table.c.hash,
+                )
+                .where(events_table.c.originator_version == 1)
+                .order_by(events_table.c.id)
+                .limit(_SAMPLED_SESSIONS)
+            ).all()  # fmt: skip
+            if firsts and not any(_opens_chain(row, key) for row in firsts):
+                stored = "a different key"
+    if stored is not None and stored != expected:
+        raise InvalidSettings(
+            "The chain key does not match the one this ledger's hash chains were written "
+            f"{'with' if stored.startswith('hmac') else 'without (no chain_key)'}: this opener "
+            f"uses {'a key' if key else 'none'}. Set chain_key / CHATLEDGER_CHAIN_KEY to the "
+            "ledger's own key. (With a wrong key every chain would look tampered and new "
+            "events would carry hashes that do not verify.)"
+        )
+    if record and stored is None:
+        with contextlib.suppress(SQLAlchemyError), engine.begin() as connection:
+            connection.execute(t.insert().values(name=CHAIN_KEY_CHECK, value=expected))
+
+
+def _opens_chain(row: Any, key: bytes | None) -> bool:
+    position, oid, topic, state, timestamp_us, digest = row
+    try:
+        recomputed = chain_hash(
+            GENESIS,
+            position=int(position),
+            originator_id=_as_uuid(oid),
+            version=1,
+            topic=str(topic),
+            timestamp_us=int(timestamp_us),
+            state=_as_bytes(state),
+            key=key,
+        )
+    except (TypeError, ValueError):
+        return False
+    return hmac.compare_digest(recomputed, _as_bytes(digest))
 
 
 class _SqlRecorder:

@@ -23,7 +23,10 @@ from chatledger.domain.timestamps import to_micros
 
 _new_stored = object.__new__
 _decode_json = json.JSONDecoder().decode  # str in: skips json.loads' encoding sniffing
-_ORIGINATOR_FIELDS = {"originator_id", "originator_version"}
+_ORIGINATOR_FIELDS = frozenset({"originator_id", "originator_version"})
+# An event without an idempotency key stores no such field: the same bytes as
+# before keys existed, and nothing to pay on the hot path.
+_UNKEYED_FIELDS = _ORIGINATOR_FIELDS | {"idempotency_key"}
 
 
 @dataclass(frozen=True)
@@ -51,12 +54,17 @@ class PydanticMapper(Mapper[UUID]):
         model: BaseModel = domain_event
         cls = type(model)
         class_version: int = getattr(cls, "class_version", 1)
+        exclude = (
+            _UNKEYED_FIELDS
+            if getattr(model, "idempotency_key", None) is None
+            else _ORIGINATOR_FIELDS
+        )
         if class_version > 1:
-            payload = model.model_dump(mode="json", exclude=_ORIGINATOR_FIELDS)
+            payload = model.model_dump(mode="json", exclude=exclude)
             payload["class_version"] = class_version
             data = json.dumps(payload, separators=(",", ":")).encode()
         else:
-            data = model.model_dump_json(exclude=_ORIGINATOR_FIELDS).encode()
+            data = model.model_dump_json(exclude=exclude).encode()
         if self.compressor:
             data = self.compressor.compress(data)
         if self.cipher:

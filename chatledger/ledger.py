@@ -41,7 +41,12 @@ if TYPE_CHECKING:
         WorkingSetOrder,
     )
 from chatledger.adapters.database import SQLAlchemyError, create_store_engine, sqlite_file
-from chatledger.adapters.eventstore import EventStoreApplication, create_tables, require_tables
+from chatledger.adapters.eventstore import (
+    EventStoreApplication,
+    check_chain_key,
+    create_tables,
+    require_tables,
+)
 from chatledger.adapters.summarizer import ExtractiveSummarizer
 from chatledger.domain.errors import (
     AccessDenied,
@@ -182,13 +187,15 @@ class SessionLedger:
             else:
                 require_tables(engine)
             chain_key = self.settings.chain_key
+            key_bytes = chain_key.get_secret_value().encode() if chain_key else None
+            check_chain_key(engine, key_bytes, record=self.settings.create_tables)
             self._app = EventStoreApplication(
                 engine,
                 snapshot_interval=self.settings.snapshot_interval,
-                chain_key=chain_key.get_secret_value().encode() if chain_key else None,
+                chain_key=key_bytes,
                 max_event_bytes=self.settings.max_event_bytes,
             )
-        except LedgerNotFound:
+        except (LedgerNotFound, InvalidSettings, StoreUnavailable):
             engine.dispose()
             raise
         except SQLAlchemyError as error:

@@ -34,9 +34,15 @@ class DomainEvent(BaseModel):
 
 
 class SessionEvent(DomainEvent, CanMutateAggregate[UUID]):
-    """An event of a session; every one records the principal that caused it."""
+    """An event of a session; every one records the principal that caused it.
+
+    ``idempotency_key`` is the caller's key of the write this event is the
+    first of (``None`` for most events, and then not stored at all): a retry
+    with the same key finds that write instead of recording it again.
+    """
 
     actor: Principal
+    idempotency_key: str | None = None
 
     def apply(self, aggregate: Any) -> None:
         raise NotImplementedError

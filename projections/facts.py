@@ -62,6 +62,7 @@ class StoredFacts(NamedTuple):
     prompt_tokens: int
     completion_tokens: int
     summary: str
+    idempotency_key: str | None  # the caller's key of the write this event starts
 
 
 FACT_COLUMNS: tuple[str, ...] = StoredFacts._fields
@@ -83,7 +84,7 @@ def stored_facts(event: SessionEvent, tenant: str, key: str, after: SessionCount
     )  # fmt: skip
     tool = event.message.tool_call if isinstance(event, MessageAdded) else None
     if tool is None:
-        return StoredFacts(*head, None, None, 0, 0, summarize(event))
+        return StoredFacts(*head, None, None, 0, 0, summarize(event), event.idempotency_key)
     return StoredFacts(
         *head,
         tool.tool_name,
@@ -91,6 +92,7 @@ def stored_facts(event: SessionEvent, tenant: str, key: str, after: SessionCount
         tool.prompt_tokens,
         tool.completion_tokens,
         summarize(event),
+        event.idempotency_key,
     )
 
 

@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 
-from chatledger import Principal, SessionLedger
+from chatledger import InvalidSettings, Principal, SessionLedger, StoreUnavailable
+from chatledger.adapters.migrations import LOCATION, SCHEMA_HEAD, VERSION_TABLE, schema_revision
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ADMIN = Principal(account_id="ops", user_id="root", role="admin")
@@ -100,3 +101,90 @@ def test_the_sqlite_fixture_is_a_0_1_0_database(tmp_path: Path) -> None:
     finally:
         engine.dispose()
     assert columns[-1] == "summary" and len(columns) == 27
+
+
+def test_opening_upgrades_a_0_1_0_database_to_the_current_revision(old_ledger_url: str) -> None:
+    """Opening runs the migrations in place: the version table names the head revision."""
+    SessionLedger(old_ledger_url).close()
+    engine = create_engine(old_ledger_url)
+    try:
+        with engine.connect() as connection:
+            assert schema_revision(connection) == SCHEMA_HEAD
+            columns = {c["name"] for c in inspect(connection).get_columns("chatledger_events")}
+    finally:
+        engine.dispose()
+    assert "idempotency_key" in columns
+
+
+def test_without_ddl_rights_an_old_schema_is_refused_with_the_way_forward(
+    old_ledger_url: str,
+) -> None:
+    """create_tables=False never migrates: an older schema says to run chatledger migrate."""
+    with pytest.raises(StoreUnavailable, match="chatledger migrate"):
+        SessionLedger(old_ledger_url, create_tables=False)
+
+
+def test_a_schema_newer_than_the_code_is_refused_and_left_alone(database_url: str) -> None:
+    """A revision this version does not know (a newer chatledger wrote it) is not touched."""
+    SessionLedger(database_url).close()
+    engine = create_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'"))
+        for create in (True, False):
+            with pytest.raises(StoreUnavailable, match="newer version"):
+                SessionLedger(database_url, create_tables=create)
+        with engine.connect() as connection:
+            assert schema_revision(connection) == "9999"
+    finally:
+        engine.dispose()
+
+
+def test_the_migrations_build_exactly_the_current_schema(database_url: str) -> None:
+    """Upgrading an empty database revision by revision gives what the code's tables declare."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from chatledger.adapters.eventstore import metadata
+    from chatledger.adapters.migrations import run_alembic
+
+    engine = create_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            run_alembic(connection, "upgrade", SCHEMA_HEAD)
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection)
+            differences = compare_metadata(context, metadata)
+            assert schema_revision(connection) == SCHEMA_HEAD
+    finally:
+        engine.dispose()
+    assert [d for d in differences if d[0] != "remove_table"] == []
+
+
+def test_the_head_constant_is_the_newest_migration() -> None:
+    """SCHEMA_HEAD (checked on every open without importing Alembic) is the script head."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(LOCATION))
+    assert ScriptDirectory.from_config(config).get_current_head() == SCHEMA_HEAD
+
+
+def test_a_wrong_chain_key_is_refused_distinctly_from_tampering(database_url: str) -> None:
+    """Another key, or none, for a keyed ledger raises InvalidSettings on open (no false alarm)."""
+    with SessionLedger(database_url, chain_key="right") as ledger:
+        ledger.add_message(ALICE, "s1", "user", "hi")
+    for wrong in ("wrong", None):
+        with pytest.raises(InvalidSettings, match="chain key does not match"):
+            SessionLedger(database_url, chain_key=wrong)
+    with SessionLedger(database_url, chain_key="right") as ledger:
+        assert ledger.verify(ADMIN).ok
+
+
+def test_a_0_1_0_ledger_is_checked_against_its_chains_for_the_key(old_ledger_url: str) -> None:
+    """A 0.1.0 ledger (no recorded check value, written without a key) refuses a key."""
+    with pytest.raises(InvalidSettings, match="chain key does not match"):
+        SessionLedger(old_ledger_url, chain_key="invented")
+    with SessionLedger(old_ledger_url) as ledger:  # its own (no key): opens and records it
+        assert ledger.verify(ADMIN).ok
