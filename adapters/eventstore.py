@@ -24,7 +24,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -419,12 +419,18 @@ class _SqlRecorder:
                 if lock_sql:
                     cursor.execute(lock_sql)
                 result = work(cursor)
-                connection.commit()
             except BaseException:
                 connection.rollback()
                 raise
             finally:
                 cursor.close()
+            try:
+                connection.commit()
+            except self.dbapi.Error as error:
+                # The COMMIT was sent but its answer never came (the connection or the
+                # server went away): the transaction may have committed, or not.
+                connection.invalidate()
+                raise OutcomeUnknown(str(error)) from error
         except self.dbapi.Error as error:
             raise self._translate(error) from error
         finally:
@@ -480,6 +486,19 @@ class _SqlRecorder:
         if isinstance(original, self.dbapi.Error):
             return self._translate(original)
         return OperationalError(str(error))
+
+
+class OutcomeUnknown(OperationalError):
+    """A write's COMMIT got no answer: it may or may not have been recorded."""
+
+
+class KeyedRow(NamedTuple):
+    """A stored event of a write made with an idempotency key, with what a retry returns."""
+
+    position: int
+    version: int
+    stored: StoredEvent
+    pending_tokens: int
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -766,6 +785,45 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
                     yield _chain_row(*values[:7], facts=tuple(values[7:]))
         except Exception as error:
             raise self._translate_any(error) from error
+
+    def keyed_rows(self, originator_id: UUID, key: str, limit: int) -> list[KeyedRow]:
+        """The write made with idempotency ``key`` in the session: its first event and up to
+        ``limit - 1`` after it, in version order; empty if no such write was recorded."""
+        t = self.table
+        keyed = (
+            select(t.c.originator_version)
+            .where(t.c.originator_id == originator_id, t.c.idempotency_key == key)
+            .scalar_subquery()
+        )
+        query = (
+            select(
+                t.c.id, t.c.originator_version, t.c.topic, t.c.state, t.c.timestamp_us,
+                t.c.pending_tokens,
+            )
+            .where(t.c.originator_id == originator_id, t.c.originator_version >= keyed)
+            .order_by(t.c.originator_version)
+            .limit(limit)
+        )  # fmt: skip
+        try:
+            with self.engine.connect() as connection:
+                rows = connection.execute(query).all()
+        except Exception as error:
+            raise self._translate_any(error) from error
+        return [
+            KeyedRow(
+                int(position),
+                int(version),
+                TimedStoredEvent(
+                    originator_id=originator_id,
+                    originator_version=int(version),
+                    topic=topic,
+                    state=bytes(state),
+                    timestamp_us=int(timestamp_us),
+                ),
+                int(pending),
+            )
+            for position, version, topic, state, timestamp_us, pending in rows
+        ]
 
     def version_at(self, originator_id: UUID, timestamp_us: int) -> int | None:
         """The last version of a stream recorded at or before a moment, if any."""

@@ -36,6 +36,7 @@ from chatledger.errors import (
     LedgerNotFound,
     StoreUnavailable,
     UnknownSession,
+    WriteOutcomeUnknown,
 )
 from chatledger.ledger import SessionLedger
 from chatledger.read_models import (
@@ -142,6 +143,7 @@ __all__ = [
     "VerifyIssue",
     "VerifyReport",
     "WorkingSetEntry",
+    "WriteOutcomeUnknown",
     "__version__",
     "estimate_tokens",
 ]

@@ -18,7 +18,13 @@ from eventsourcing.persistence import PersistenceError
 from pydantic import ValidationError
 
 from chatledger.adapters.database import SQLAlchemyError
-from chatledger.domain.errors import ChatLedgerError, InvalidInput, StoreUnavailable
+from chatledger.adapters.eventstore import OutcomeUnknown
+from chatledger.domain.errors import (
+    ChatLedgerError,
+    InvalidInput,
+    StoreUnavailable,
+    WriteOutcomeUnknown,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -57,6 +63,13 @@ def translated(error: Exception) -> ChatLedgerError:
             f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()
         )
         return InvalidInput(f"Invalid input ({problems}); nothing was recorded.")
+    if isinstance(error, OutcomeUnknown):
+        return WriteOutcomeUnknown(
+            f"The database connection was lost while the write was committing ({error}); it "
+            "may or may not have been recorded. Retry the same call with the same "
+            "idempotency_key: if the write landed, the retry records nothing twice and returns "
+            "its result (without a key, check the session's history before retrying)."
+        )
     return StoreUnavailable(
         f"The event store failed ({type(error).__name__}: {error}); nothing more was "
         "recorded. Check the database is reachable and retry."

@@ -13,6 +13,7 @@ from chatledger.domain.errors import (
     LedgerNotFound,
     StoreUnavailable,
     UnknownSession,
+    WriteOutcomeUnknown,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "LedgerNotFound",
     "StoreUnavailable",
     "UnknownSession",
+    "WriteOutcomeUnknown",
 ]

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 from chatledger.adapters.database import SQLAlchemyError, create_store_engine, sqlite_file
 from chatledger.adapters.eventstore import (
     EventStoreApplication,
+    KeyedRow,
     check_chain_key,
     create_tables,
     require_tables,
@@ -57,7 +58,14 @@ from chatledger.domain.errors import (
     StoreUnavailable,
     UnknownSession,
 )
-from chatledger.domain.events import new_id
+from chatledger.domain.events import (
+    ArchiveMerged,
+    Closed,
+    Committed,
+    Evicted,
+    MessageAdded,
+    new_id,
+)
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.identity import session_id, validate_key
 from chatledger.domain.limits import (
@@ -132,13 +140,49 @@ class _PendingCommit:
     """What phase 1 of a commit captured: the exact messages to archive."""
 
     def __init__(
-        self, sid: UUID, tenant: str, key: str, messages: list[Message], attempt_id: str
+        self,
+        sid: UUID,
+        tenant: str,
+        key: str,
+        messages: list[Message],
+        attempt_id: str,
+        idempotency_key: str | None = None,
     ) -> None:
         self.sid = sid
         self.tenant = tenant
         self.key = key
         self.messages = messages
         self.attempt_id = attempt_id
+        self.idempotency_key = idempotency_key
+
+
+class _AlreadyRecorded(Exception):
+    """The write was recorded before with the same idempotency key (its rows attached)."""
+
+    def __init__(self, rows: list[KeyedRow]) -> None:
+        super().__init__("already recorded")
+        self.rows = rows
+
+
+_KEY_REUSED = (
+    "That idempotency key was already used for a different write in this session; use a "
+    "fresh key for each distinct write (and the same key only to retry the same call)."
+)
+
+
+def _idempotency(key: object) -> str | None:
+    """A caller's idempotency key, checked (``None``: the write is not keyed)."""
+    return None if key is None else validate_key(key, what="idempotency key")
+
+
+def _same_message(recorded: Message, asked: Message) -> bool:
+    """Whether a retry asks for the message that was recorded (ids aside when generated)."""
+    return (recorded.role, recorded.content, recorded.name, recorded.tool_call) == (
+        asked.role,
+        asked.content,
+        asked.name,
+        asked.tool_call,
+    )
 
 
 class SessionLedger:
@@ -254,13 +298,22 @@ class SessionLedger:
         message_id: str | None = None,
         account_id: str | None = None,
         context: ClientContext | None = None,
+        idempotency_key: str | None = None,
     ) -> AddedMessage:
-        """Record one message (creating the session on first use)."""
+        """Record one message (creating the session on first use).
+
+        With ``idempotency_key``, a retry of the same call (e.g. after
+        ``WriteOutcomeUnknown``) records nothing twice: it returns the result
+        of the write that landed.
+        """
         tenant, key, sid = self._target(principal, key, account_id)
         context = self._context(context)
+        idempotency_key = _idempotency(idempotency_key)
         now = self._now()
         message = self._make_message(role, content, name, tool_call, message_id, None, now)
-        return self._record_messages(principal, tenant, key, sid, [message], now, context)[0]
+        return self._record_messages(
+            principal, tenant, key, sid, [message], now, context, idempotency_key
+        )[0]
 
     @_public
     def add_messages(
@@ -271,10 +324,13 @@ class SessionLedger:
         *,
         account_id: str | None = None,
         context: ClientContext | None = None,
+        idempotency_key: str | None = None,
     ) -> list[AddedMessage]:
-        """Record several messages in one transaction: all of them, or none."""
+        """Record several messages in one transaction: all of them, or none (a retry with
+        the same ``idempotency_key`` returns the recorded write, see ``add_message``)."""
         tenant, key, sid = self._target(principal, key, account_id)
         context = self._context(context)
+        idempotency_key = _idempotency(idempotency_key)
         if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
             raise InvalidInput("messages must be a list of message dicts or Message objects.")
         if not messages:
@@ -284,7 +340,9 @@ class SessionLedger:
         ids = [m.id for m in built]
         if len(set(ids)) != len(ids):
             raise InvalidInput("Message ids within one call must be distinct.")
-        return self._record_messages(principal, tenant, key, sid, built, now, context)
+        return self._record_messages(
+            principal, tenant, key, sid, built, now, context, idempotency_key
+        )
 
     def _record_messages(
         self,
@@ -295,6 +353,7 @@ class SessionLedger:
         built: list[Message],
         now: datetime,
         context: ClientContext | None,
+        idempotency_key: str | None,
     ) -> list[AddedMessage]:
         def apply(session: Session) -> list[int]:
             versions = []
@@ -308,7 +367,16 @@ class SessionLedger:
                 tenant=tenant, key=key, actor=principal, timestamp=now, context=context
             )
 
-        versions, positions, session_after = self._write(sid, apply, create=create)
+        try:
+            versions, positions, session_after = self._write(
+                sid,
+                apply,
+                create=create,
+                idempotency_key=idempotency_key,
+                reach=len(built) + 2,  # a Started and a Reactivated may come first
+            )
+        except _AlreadyRecorded as done:
+            return self._messages_recorded(done.rows, built)
         pending = session_after.pending_tokens
         offset = len(positions) - len(built)
         return [
@@ -321,6 +389,28 @@ class SessionLedger:
             for i, (message, version) in enumerate(zip(built, versions, strict=True))
         ]
 
+    def _messages_recorded(self, rows: list[KeyedRow], asked: list[Message]) -> list[AddedMessage]:
+        """What a keyed add_message(s) returned the first time, from the write's stored rows."""
+        added: list[AddedMessage] = []
+        for row in rows:
+            event = self._app.mapper.to_domain_event(row.stored)
+            if isinstance(event, MessageAdded) and len(added) < len(asked):
+                added.append(
+                    AddedMessage(
+                        message_id=event.message.id,
+                        version=row.version,
+                        pending_tokens=row.pending_tokens,
+                        position=row.position,
+                    )
+                )
+                wanted = asked[len(added) - 1]
+                if not _same_message(event.message, wanted):
+                    raise InvalidInput(_KEY_REUSED)
+        if len(added) != len(asked):
+            raise InvalidInput(_KEY_REUSED)
+        pending = added[-1].pending_tokens  # the session's, right after the write
+        return [a.model_copy(update={"pending_tokens": pending}) for a in added]
+
     @_public
     def commit(
         self,
@@ -329,9 +419,13 @@ class SessionLedger:
         *,
         wait: bool = True,
         account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> CommitResult:
-        """Fold the whole live buffer into a new archive."""
-        return self._commit(principal, key, None, wait=wait, account_id=account_id)
+        """Fold the whole live buffer into a new archive (a retry with the same
+        ``idempotency_key`` returns the recorded commit instead of committing again)."""
+        return self._commit(
+            principal, key, None, wait=wait, account_id=account_id, idempotency_key=idempotency_key
+        )
 
     @_public
     def commit_snapshot(
@@ -342,6 +436,7 @@ class SessionLedger:
         *,
         wait: bool = True,
         account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> CommitResult:
         """Fold exactly ``message_ids`` into a new archive; the rest stays live."""
         if isinstance(message_ids, str) or not isinstance(message_ids, Sequence):
@@ -352,7 +447,14 @@ class SessionLedger:
             raise InvalidInput("message_ids must all be strings.")
         if len(set(message_ids)) != len(message_ids):
             raise InvalidInput("message_ids contains duplicates; name each message once.")
-        return self._commit(principal, key, list(message_ids), wait=wait, account_id=account_id)
+        return self._commit(
+            principal,
+            key,
+            list(message_ids),
+            wait=wait,
+            account_id=account_id,
+            idempotency_key=idempotency_key,
+        )
 
     @_public
     def merge_archives(
@@ -363,9 +465,15 @@ class SessionLedger:
         threshold: int | None = None,
         max_count: int | None = None,
         account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> MergeResult:
         """Merge the oldest live archives into one when there are more than ``threshold``."""
         _, key, sid = self._target(principal, key, account_id)
+        idempotency_key = _idempotency(idempotency_key)
+        if idempotency_key is not None:
+            rows = self._app.event_recorder.keyed_rows(sid, idempotency_key, 1)
+            if rows:
+                return self._merge_recorded(rows)
         threshold = self.settings.merge_threshold if threshold is None else threshold
         max_count = self.settings.merge_max_count if max_count is None else max_count
         check_int(threshold, "threshold", minimum=1)
@@ -411,11 +519,23 @@ class SessionLedger:
                     )
                 session.merge_archives(archive, source_ids, actor=principal, timestamp=now)
 
-            self._write(sid, apply)
+            self._write(sid, apply, idempotency_key=idempotency_key)
+        except _AlreadyRecorded as done:
+            return self._merge_recorded(done.rows)
         except Exception as error:
             return MergeResult(merged=False, reason="failed", error=error_text(error))
         return MergeResult(
             merged=True, archive_id=archive.archive_id, source_archive_ids=source_ids
+        )
+
+    def _merge_recorded(self, rows: list[KeyedRow]) -> MergeResult:
+        event = self._app.mapper.to_domain_event(rows[0].stored)
+        if not isinstance(event, ArchiveMerged):
+            raise InvalidInput(_KEY_REUSED)
+        return MergeResult(
+            merged=True,
+            archive_id=event.archive.archive_id,
+            source_archive_ids=tuple(event.source_archive_ids),
         )
 
     @_public
@@ -456,16 +576,25 @@ class SessionLedger:
 
     @_public
     def close_session(
-        self, principal: Principal, key: str, *, account_id: str | None = None
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> SessionView:
         """Record that the client closed the session (it leaves the working set)."""
         _, key, sid = self._target(principal, key, account_id)
+        idempotency_key = _idempotency(idempotency_key)
         now = self._now()
 
         def apply(session: Session) -> None:
             session.close(actor=principal, timestamp=now)
 
-        _, _, session = self._write(sid, apply)
+        try:
+            _, _, session = self._write(sid, apply, idempotency_key=idempotency_key)
+        except _AlreadyRecorded as done:
+            return self._view_recorded(sid, done.rows, Closed)
         self._forget(sid)
         return self._view(session)
 
@@ -478,6 +607,7 @@ class SessionLedger:
         reason: EvictionReason = "admin",
         idle_seconds: float | None = None,
         account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> SessionView:
         """Record that the session left the working set; its history stays."""
         if reason not in ("idle", "lru", "admin"):
@@ -485,14 +615,27 @@ class SessionLedger:
         if idle_seconds is not None:
             idle_seconds = check_seconds(idle_seconds, "idle_seconds")
         _, key, sid = self._target(principal, key, account_id)
+        idempotency_key = _idempotency(idempotency_key)
         now = self._now()
 
         def apply(session: Session) -> None:
             session.evict(reason, idle_seconds=idle_seconds, actor=principal, timestamp=now)
 
-        _, _, session = self._write(sid, apply)
+        try:
+            _, _, session = self._write(sid, apply, idempotency_key=idempotency_key)
+        except _AlreadyRecorded as done:
+            return self._view_recorded(sid, done.rows, Evicted)
         self._forget(sid)  # eviction is about memory: drop the cached copy too
         return self._view(session)
+
+    def _view_recorded(
+        self, sid: UUID, rows: list[KeyedRow], kind: type[SessionEvent]
+    ) -> SessionView:
+        """The view a keyed write returned the first time: the session as of its event."""
+        event = self._app.mapper.to_domain_event(rows[0].stored)
+        if not isinstance(event, kind):
+            raise InvalidInput(_KEY_REUSED)
+        return self._view(self._app.load(sid, rows[0].version))
 
     # ---------------------------------------------------------------- reads
     @_public
@@ -608,9 +751,12 @@ class SessionLedger:
         new_key: str,
         *,
         account_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> SessionView:
         """Start ``new_key`` as a copy of ``key`` at ``at_version``; the origin is untouched."""
-        return timetravel.fork(self, principal, key, at_version, new_key, account_id)
+        return timetravel.fork(
+            self, principal, key, at_version, new_key, account_id, _idempotency(idempotency_key)
+        )
 
     @_public
     def verify(
@@ -954,18 +1100,28 @@ class SessionLedger:
         apply: Callable[[Session], R],
         *,
         create: Callable[[], Session] | None = None,
+        idempotency_key: str | None = None,
+        reach: int = 1,
     ) -> tuple[R, list[int], Session]:
         """Apply a change and record its events atomically, re-applying on conflicts.
 
         A version conflict means another writer (thread of another ledger, or
         process) appended first: reload and re-apply, after a short random
         back-off that grows with each conflict, until ``busy_timeout`` runs out.
+        With ``idempotency_key``, each attempt first looks for a write recorded
+        with that key (a retry after an unknown outcome, or a racing duplicate,
+        whose insert collides on the key's unique index) and raises
+        ``_AlreadyRecorded`` with its first ``reach`` rows instead of writing.
         """
         deadline = time.monotonic() + self.settings.busy_timeout
         attempts = 0
         with self._session_lock(sid):
             while attempts < _MIN_WRITE_ATTEMPTS or time.monotonic() < deadline:
                 attempts += 1
+                if idempotency_key is not None:
+                    recorded = self._app.event_recorder.keyed_rows(sid, idempotency_key, reach)
+                    if recorded:
+                        raise _AlreadyRecorded(recorded)
                 session = self._load(sid, fresh=False)
                 if session is None:
                     if create is None:
@@ -974,6 +1130,8 @@ class SessionLedger:
                         )
                     session = create()
                 try:
+                    if idempotency_key is not None:
+                        session.key_write(idempotency_key)
                     outcome = apply(session)
                     positions = self._app.record(session)
                 except IntegrityError:
@@ -999,8 +1157,14 @@ class SessionLedger:
         *,
         wait: bool,
         account_id: str | None,
+        idempotency_key: str | None,
     ) -> CommitResult:
         tenant, key, sid = self._target(principal, key, account_id)
+        idempotency_key = _idempotency(idempotency_key)
+        if idempotency_key is not None:  # recorded already: never summarise again
+            rows = self._app.event_recorder.keyed_rows(sid, idempotency_key, 1)
+            if rows:
+                return self._commit_recorded(rows)
         with self._session_lock(sid):
             session = self._require(sid, key)
             if message_ids is not None:
@@ -1020,7 +1184,9 @@ class SessionLedger:
                 self._inflight.add(sid)
             chosen = set(message_ids) if message_ids is not None else None
             messages = [m for m in session.buffer.values() if chosen is None or m.id in chosen]
-        pending = _PendingCommit(sid, tenant, key, messages, attempt_id=new_id())
+        pending = _PendingCommit(
+            sid, tenant, key, messages, attempt_id=new_id(), idempotency_key=idempotency_key
+        )
         if wait:
             return self._finish_commit(principal, pending)
         task_id = new_id()
@@ -1033,6 +1199,18 @@ class SessionLedger:
             del self._tasks[task_id]
             raise StoreUnavailable("This ledger is closing; commit not started.") from error
         return CommitResult(status="processing", task_id=task_id)
+
+    def _commit_recorded(self, rows: list[KeyedRow]) -> CommitResult:
+        """What a keyed commit returned the first time, from its recorded ``Committed``."""
+        event = self._app.mapper.to_domain_event(rows[0].stored)
+        if not isinstance(event, Committed):
+            raise InvalidInput(_KEY_REUSED)
+        return CommitResult(
+            status="completed",
+            archived=True,
+            archive_id=event.archive.archive_id,
+            message_ids=event.archive.message_ids,
+        )
 
     def _executor_for_commits(self) -> ThreadPoolExecutor:
         with self._inflight_lock:
@@ -1059,6 +1237,8 @@ class SessionLedger:
             try:
                 archive = self._summarise(pending)
                 self._record_commit(principal, pending, archive)
+            except _AlreadyRecorded as done:  # a racing retry with the same key landed first
+                return self._commit_recorded(done.rows)
             except Exception as error:
                 text = error_text(error)
                 self._record_failure(principal, pending, text)
@@ -1157,7 +1337,7 @@ class SessionLedger:
                 )
             session.commit(archive, actor=principal, timestamp=now)
 
-        self._write(pending.sid, apply)
+        self._write(pending.sid, apply, idempotency_key=pending.idempotency_key)
 
     def _record_failure(self, principal: Principal, pending: _PendingCommit, text: str) -> None:
         def apply(session: Session) -> None:

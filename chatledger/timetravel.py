@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from chatledger.domain.errors import InvalidInput
-from chatledger.domain.events import ArchiveMerged, CommitFailed, Committed, MessageAdded
+from chatledger.domain.events import ArchiveMerged, CommitFailed, Committed, Forked, MessageAdded
 from chatledger.domain.limits import check_int
 from chatledger.domain.session import Session
 from chatledger.domain.values import Principal
@@ -87,6 +87,7 @@ def fork(
     at_version: int,
     new_key: str,
     account_id: str | None,
+    idempotency_key: str | None = None,
 ) -> SessionView:
     tenant, key, sid = ledger._target(principal, key, account_id)
     _, new_key, new_sid = ledger._target(principal, new_key, tenant)
@@ -104,5 +105,12 @@ def fork(
     def create() -> Session:
         return Session.fork(origin, key=new_key, actor=principal, timestamp=now)
 
-    _, _, forked = ledger._write(new_sid, refuse_existing, create=create)
+    from chatledger.ledger import _AlreadyRecorded  # the ledger imports this module
+
+    try:
+        _, _, forked = ledger._write(
+            new_sid, refuse_existing, create=create, idempotency_key=idempotency_key
+        )
+    except _AlreadyRecorded as done:
+        return ledger._view_recorded(new_sid, done.rows, Forked)
     return ledger._view(forked)

@@ -12,6 +12,7 @@ from chatledger.domain.errors import (
     LedgerNotFound,
     StoreUnavailable,
     UnknownSession,
+    WriteOutcomeUnknown,
 )
 from chatledger.domain.events import (
     EVENT_TYPES,
@@ -70,6 +71,7 @@ __all__ = [
     "Summary",
     "ToolCall",
     "UnknownSession",
+    "WriteOutcomeUnknown",
     "estimate_tokens",
     "session_id",
     "validate_key",

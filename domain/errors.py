@@ -40,3 +40,11 @@ class ConcurrencyConflict(ChatLedgerError):
 
 class StoreUnavailable(ChatLedgerError):
     """The event store or an archive store could not be reached or used."""
+
+
+class WriteOutcomeUnknown(StoreUnavailable):
+    """The database went away while a write was committing: it may or may not be recorded.
+
+    Retry the same call with the same ``idempotency_key``: if the first write
+    landed, the retry records nothing and returns its result.
+    """

@@ -101,6 +101,8 @@ class Session(BaseAggregate[UUID]):
         self.closed = False  # evicted because its client closed it
         # The counters after each pending event, in step with _pending_events.
         self._pending_counters: list[SessionCounters] = []
+        # An idempotency key for the next event triggered (see key_write).
+        self._write_key: str | None = None
         # (version, live items) of the state this object was rebuilt from: a
         # snapshot, or nothing at version 0. Not part of the state: it only
         # tells the store what a new snapshot would save (see should_snapshot).
@@ -254,10 +256,21 @@ class Session(BaseAggregate[UUID]):
         copies and topic checks, on the ledger's hottest path. Every command
         passes ``timestamp`` (time is injected, never read here).
         """
+        if self._write_key is not None:
+            kwargs["idempotency_key"], self._write_key = self._write_key, None
         event = event_class(originator_id=self.id, originator_version=self.version + 1, **kwargs)
         event.mutate(self)
         self._pending_events.append(event)
         self._pending_counters.append(self.counters())
+
+    def key_write(self, idempotency_key: str) -> None:
+        """Mark the write in progress with the caller's idempotency key: its first event
+        (pending already, as a creation, or the next one triggered) carries it."""
+        if self._pending_events:
+            first = self._pending_events[0]
+            self._pending_events[0] = first.model_copy(update={"idempotency_key": idempotency_key})
+        else:
+            self._write_key = idempotency_key
 
     def collect_events(self) -> list[Any]:
         """Hand over the pending events (oldest first) and forget them."""
@@ -267,6 +280,7 @@ class Session(BaseAggregate[UUID]):
         """Hand over each pending event with the counters right after it, and forget them."""
         events, self._pending_events = self._pending_events, []
         counters, self._pending_counters = self._pending_counters, []
+        self._write_key = None
         return list(zip(events, counters, strict=True))
 
     # ---------------------------------------------------------------- queries
@@ -355,6 +369,7 @@ class Session(BaseAggregate[UUID]):
         session._modified_on = state.modified_on
         session._pending_events = []
         session._pending_counters = []
+        session._write_key = None
         session.tenant = state.tenant
         session.key = state.key
         session.context = state.context
