@@ -7,6 +7,7 @@ The commands live in group modules, which this module imports and merges into
 - ``integrity``: verify, export, import
 - ``operations``: project, rebuild (and ``migrate``, with the schema migrations)
 - ``demo``: demo
+- ``web``: serve (the viewer, from the ``web`` extra)
 
 Help is plain text (no rich markup, which ate bracketed text), and every failure
 ends as one ``error:`` line with a documented exit code (``common.ExitCode``).
@@ -20,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from chatledger.cli import demo, inspection, integrity, operations
+from chatledger.cli import demo, inspection, integrity, operations, web
 from chatledger.cli.common import Command, ExitCode, Group
 
 __all__ = ["ExitCode", "app", "main", "projector_main"]
@@ -36,7 +37,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
-for _group in (inspection.group, integrity.group, operations.group, demo.group):
+for _group in (inspection.group, integrity.group, operations.group, demo.group, web.group):
     app.add_typer(_group)
 
 
