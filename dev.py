@@ -46,6 +46,8 @@ def ensure_venv(path: Path, *, fresh: bool = False) -> Path:
 
 
 def build_wheel(bin_dir: Path, out: Path) -> Path:
+    # setuptools builds through ./build and would ship a module deleted since the last build.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     run(bin_dir / "python", "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", out, ROOT)
     wheels = sorted(out.glob("chatledger-*.whl"))
     if len(wheels) != 1:

@@ -5,7 +5,7 @@ The commands live in group modules, which this module imports and merges into
 
 - ``inspection``: show, context, log, diff, fork, sessions, usage
 - ``integrity``: verify, export, import
-- ``operations``: project, rebuild (and ``migrate``, with the schema migrations)
+- ``operations``: project, rebuild, migrate
 - ``demo``: demo
 - ``web``: serve (the viewer, from the ``web`` extra)
 

@@ -9,7 +9,7 @@ it prints one flushed line per step, which the crash tests and supervisors read:
 - ``BATCH <events>``  with ``--progress``: a batch committed (running total)
 - ``DONE <events>``   caught up (without ``--follow``) or stopped
 
-A ``chatledger migrate`` command for schema upgrades belongs in this module too.
+``migrate`` upgrades the ledger's schema in place (see chatledger.adapters.migrations).
 """
 
 from __future__ import annotations
@@ -207,3 +207,46 @@ def _follow(models: ReadModels, steps: _Steps) -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@group.command()
+@shared_options(principal=False)
+def migrate(*, call: Invocation) -> None:
+    """Upgrade the ledger's schema in place to this version's revision.
+
+    Opening a ledger upgrades it too; this command does it on purpose (e.g. from a
+    deploy step with DDL rights, before workers run with create_tables off) and says
+    what it did. A database this version does not know (newer) is left untouched.
+
+    \b
+    Examples:
+      chatledger migrate
+      chatledger migrate --url postgresql+psycopg://admin@db/ledger --json
+    """
+    from chatledger.adapters.database import create_store_engine
+    from chatledger.adapters.eventstore import create_tables
+    from chatledger.adapters.migrations import SCHEMA_HEAD, schema_revision
+    from chatledger.errors import StoreUnavailable
+    from chatledger.settings import load_settings
+
+    try:  # never creates a ledger: a missing one is LedgerNotFound (exit code 3)
+        with call.ledger():
+            pass
+        done, before = "current", SCHEMA_HEAD
+    except StoreUnavailable as error:  # an older schema (or a newer one) is why we are here
+        if "revision" not in str(error):
+            raise
+        settings = load_settings(url=call.url)
+        engine = create_store_engine(settings.url, busy_timeout=settings.busy_timeout)
+        try:
+            with engine.connect() as connection:
+                before = schema_revision(connection) or "0001 (0.1.0)"
+            done = create_tables(engine)  # a newer schema raises here, untouched
+        finally:
+            engine.dispose()
+    if call.as_json:
+        print_json({"from": before, "to": SCHEMA_HEAD, "changed": done == "upgraded"})
+    elif done == "upgraded":
+        call.console().print(f"Upgraded the schema from revision {before} to {SCHEMA_HEAD}.")
+    else:
+        call.console().print(f"The schema is at revision {SCHEMA_HEAD} already; nothing to do.")
