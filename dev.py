@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Set-up commands for chatledger; needs nothing but Python 3.11+.
 
-    python3 dev.py demo    # local venv (.venv), install chatledger, run `chatledger demo`
+    python3 dev.py demo    # local venv (.venv), chatledger installed editable, `chatledger demo`
+                           # (then `. .venv/bin/activate` to run what it suggests)
     python3 dev.py test    # build the wheel, install it into .venv-test, run the whole suite
     python3 dev.py bench   # benchmarks (installs the `bench` extra into .venv-bench)
 
@@ -45,6 +46,8 @@ def ensure_venv(path: Path, *, fresh: bool = False) -> Path:
 
 
 def build_wheel(bin_dir: Path, out: Path) -> Path:
+    # setuptools builds through ./build and would ship a module deleted since the last build.
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     run(bin_dir / "python", "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", out, ROOT)
     wheels = sorted(out.glob("chatledger-*.whl"))
     if len(wheels) != 1:
@@ -54,8 +57,18 @@ def build_wheel(bin_dir: Path, out: Path) -> Path:
 
 def demo(args: list[str]) -> None:
     bin_dir = ensure_venv(ROOT / ".venv")
-    run(bin_dir / "python", "-m", "pip", "install", "--quiet", ROOT)
+    # Editable: `import chatledger` then works even from the clone's root, where a plain
+    # install would be shadowed by the chatledger/ source folder (which lacks the
+    # domain/, projections/ and adapters/ subpackages the install maps into it).
+    run(bin_dir / "python", "-m", "pip", "install", "--quiet", "--editable", ROOT)
     run(bin_dir / "chatledger", "demo", *args)
+    # The demo's suggestions (and the README's examples) need chatledger on PATH.
+    activate = Path(os.path.relpath(bin_dir / "activate"))
+    print(
+        f"\nchatledger is installed in {bin_dir.parent}. To run the commands above, and"
+        f" `import chatledger` in Python, activate it first:\n\n    . {activate}\n",
+        flush=True,
+    )
 
 
 def test(args: list[str]) -> None:

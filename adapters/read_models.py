@@ -454,7 +454,7 @@ READ_MODEL_NAMES: tuple[str, ...] = tuple(m.name for m in READ_MODELS)
 
 
 # ------------------------------------------------------------------ queries
-WorkingSetOrder = str  # "last_activity" | "created" | "key" (validated by the caller)
+WorkingSetOrder = str  # "last_activity" | "created" | "key" | "pending_tokens" (validated)
 
 
 def query_working_set(
@@ -465,15 +465,27 @@ def query_working_set(
     order: WorkingSetOrder,
     limit: int,
     offset: int,
+    status: str | None = None,
+    search: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Working-set rows, newest activity (or creation) first; ``key`` orders by key."""
+    """Working-set rows, newest activity (or creation) first; ``key`` orders by key,
+    ``pending_tokens`` most pending first. ``status`` keeps one status (over
+    ``include_evicted``); ``search`` keeps keys containing it (case-insensitive)."""
     t = working_set_table
     query = select(t)
     if account_id is not None:
         query = query.where(t.c.account_id == account_id)
-    if not include_evicted:
+    if status is not None:
+        query = query.where(t.c.status == status)
+    elif not include_evicted:
         query = query.where(t.c.status == LIVE)
-    if order == "created":
+    if search:
+        query = query.where(t.c.session_key.icontains(search, autoescape=True))
+    if order == "pending_tokens":
+        query = query.order_by(
+            t.c.pending_tokens.desc(), t.c.last_activity_us.desc(), t.c.account_id, t.c.session_key
+        )
+    elif order == "created":
         query = query.order_by(t.c.created_at_us.desc(), t.c.account_id, t.c.session_key)
     elif order == "key":
         query = query.order_by(t.c.session_key, t.c.account_id)

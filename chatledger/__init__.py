@@ -1,81 +1,178 @@
 """chatledger: an embeddable, event-sourced ledger for LLM agent sessions.
 
-The public API is what ``__all__`` lists; everything else is internal.
+The public API is what ``__all__`` lists; everything else is internal. Each name is
+imported on first use (PEP 562 ``__getattr__``), so that ``import chatledger`` -- and
+with it the ``chatledger`` command's ``--help`` -- does not load SQLAlchemy, pydantic
+models or eventsourcing until something needs them. Type checkers see the plain imports
+below.
 """
 
-from chatledger.adapters.archive_store import InMemoryArchiveStore, SqlArchiveStore
-from chatledger.adapters.summarizer import ExtractiveSummarizer
-from chatledger.async_ledger import AsyncSessionLedger
-from chatledger.domain.events import (
-    ArchiveMerged,
-    Closed,
-    CommitFailed,
-    Committed,
-    Evicted,
-    Forked,
-    MessageAdded,
-    Reactivated,
-    Started,
-)
-from chatledger.domain.eventsourced import SessionEvent
-from chatledger.domain.ports import ArchiveBody, ArchiveStore, Summarizer, Summary
-from chatledger.domain.values import (
-    ArchiveSummary,
-    ClientContext,
-    Message,
-    Principal,
-    ToolCall,
-    estimate_tokens,
-)
-from chatledger.errors import (
-    AccessDenied,
-    ChatLedgerError,
-    ConcurrencyConflict,
-    InvalidInput,
-    InvalidSettings,
-    LedgerNotFound,
-    StoreUnavailable,
-    UnknownSession,
-    WriteOutcomeUnknown,
-)
-from chatledger.ledger import SessionLedger
-from chatledger.read_models import (
-    ArchiveEntry,
-    AuditEntry,
-    ProjectionTimeout,
-    ReadModels,
-    SkippedEvent,
-    ToolUsage,
-    WorkingSetEntry,
-)
-from chatledger.registry import (
-    LiveSession,
-    RegistryConfig,
-    SessionBusyError,
-    SessionLimitError,
-    SessionRegistry,
-    UnknownSessionError,
-)
-from chatledger.results import (
-    AddedMessage,
-    ChainHead,
-    CommitResult,
-    CommitTask,
-    ContextView,
-    Counters,
-    FailedCommit,
-    ImportResult,
-    LedgerEvent,
-    MergeRecord,
-    MergeResult,
-    SessionDiff,
-    SessionView,
-    VerifyIssue,
-    VerifyReport,
-)
-from chatledger.settings import LedgerSettings
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from chatledger.adapters.archive_store import InMemoryArchiveStore, SqlArchiveStore
+    from chatledger.adapters.summarizer import ExtractiveSummarizer
+    from chatledger.async_ledger import AsyncSessionLedger
+    from chatledger.domain.events import (
+        ArchiveMerged,
+        Closed,
+        CommitFailed,
+        Committed,
+        Evicted,
+        Forked,
+        MessageAdded,
+        Reactivated,
+        Started,
+    )
+    from chatledger.domain.eventsourced import SessionEvent
+    from chatledger.domain.ports import ArchiveBody, ArchiveStore, Summarizer, Summary
+    from chatledger.domain.values import (
+        ArchiveSummary,
+        ClientContext,
+        Message,
+        Principal,
+        ToolCall,
+        estimate_tokens,
+    )
+    from chatledger.errors import (
+        AccessDenied,
+        ChatLedgerError,
+        ConcurrencyConflict,
+        InvalidInput,
+        InvalidSettings,
+        LedgerNotFound,
+        StoreUnavailable,
+        UnknownSession,
+        WriteOutcomeUnknown,
+    )
+    from chatledger.ledger import SessionLedger
+    from chatledger.read_models import (
+        ArchiveEntry,
+        AuditEntry,
+        ForkEntry,
+        ProjectionTimeout,
+        ReadModels,
+        SkippedEvent,
+        TimelineEntry,
+        ToolUsage,
+        WorkingSetEntry,
+    )
+    from chatledger.registry import (
+        LiveSession,
+        RegistryConfig,
+        SessionBusyError,
+        SessionLimitError,
+        SessionRegistry,
+        UnknownSessionError,
+    )
+    from chatledger.results import (
+        AddedMessage,
+        ChainHead,
+        CommitResult,
+        CommitTask,
+        ContextView,
+        Counters,
+        FailedCommit,
+        ImportResult,
+        LedgerEvent,
+        MergeRecord,
+        MergeResult,
+        SessionDiff,
+        SessionView,
+        VerifyIssue,
+        VerifyReport,
+    )
+    from chatledger.settings import LedgerSettings
 
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it (tests/test_cli_startup.py checks that this
+# matches the imports above and ``__all__``).
+_EXPORTS: dict[str, str] = {
+    "AccessDenied": "chatledger.errors",
+    "AddedMessage": "chatledger.results",
+    "ArchiveBody": "chatledger.domain.ports",
+    "ArchiveEntry": "chatledger.read_models",
+    "ArchiveMerged": "chatledger.domain.events",
+    "ArchiveStore": "chatledger.domain.ports",
+    "ArchiveSummary": "chatledger.domain.values",
+    "AsyncSessionLedger": "chatledger.async_ledger",
+    "AuditEntry": "chatledger.read_models",
+    "ChainHead": "chatledger.results",
+    "ChatLedgerError": "chatledger.errors",
+    "ClientContext": "chatledger.domain.values",
+    "Closed": "chatledger.domain.events",
+    "CommitFailed": "chatledger.domain.events",
+    "CommitResult": "chatledger.results",
+    "CommitTask": "chatledger.results",
+    "Committed": "chatledger.domain.events",
+    "ConcurrencyConflict": "chatledger.errors",
+    "ContextView": "chatledger.results",
+    "Counters": "chatledger.results",
+    "Evicted": "chatledger.domain.events",
+    "ExtractiveSummarizer": "chatledger.adapters.summarizer",
+    "FailedCommit": "chatledger.results",
+    "ForkEntry": "chatledger.read_models",
+    "Forked": "chatledger.domain.events",
+    "ImportResult": "chatledger.results",
+    "InMemoryArchiveStore": "chatledger.adapters.archive_store",
+    "InvalidInput": "chatledger.errors",
+    "InvalidSettings": "chatledger.errors",
+    "LedgerEvent": "chatledger.results",
+    "LedgerNotFound": "chatledger.errors",
+    "LedgerSettings": "chatledger.settings",
+    "LiveSession": "chatledger.registry",
+    "MergeRecord": "chatledger.results",
+    "MergeResult": "chatledger.results",
+    "Message": "chatledger.domain.values",
+    "MessageAdded": "chatledger.domain.events",
+    "Principal": "chatledger.domain.values",
+    "ProjectionTimeout": "chatledger.read_models",
+    "Reactivated": "chatledger.domain.events",
+    "ReadModels": "chatledger.read_models",
+    "RegistryConfig": "chatledger.registry",
+    "SessionBusyError": "chatledger.registry",
+    "SessionDiff": "chatledger.results",
+    "SessionEvent": "chatledger.domain.eventsourced",
+    "SessionLedger": "chatledger.ledger",
+    "SessionLimitError": "chatledger.registry",
+    "SessionRegistry": "chatledger.registry",
+    "SessionView": "chatledger.results",
+    "SkippedEvent": "chatledger.read_models",
+    "SqlArchiveStore": "chatledger.adapters.archive_store",
+    "Started": "chatledger.domain.events",
+    "StoreUnavailable": "chatledger.errors",
+    "Summarizer": "chatledger.domain.ports",
+    "Summary": "chatledger.domain.ports",
+    "TimelineEntry": "chatledger.read_models",
+    "ToolCall": "chatledger.domain.values",
+    "ToolUsage": "chatledger.read_models",
+    "UnknownSession": "chatledger.errors",
+    "UnknownSessionError": "chatledger.registry",
+    "VerifyIssue": "chatledger.results",
+    "VerifyReport": "chatledger.results",
+    "WorkingSetEntry": "chatledger.read_models",
+    "WriteOutcomeUnknown": "chatledger.errors",
+    "estimate_tokens": "chatledger.domain.values",
+}
+
+
+# Hidden from type checkers, so that a misspelt name is still an error for them.
+if not _typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'chatledger' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(module), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "AccessDenied",
@@ -101,6 +198,7 @@ __all__ = [
     "Evicted",
     "ExtractiveSummarizer",
     "FailedCommit",
+    "ForkEntry",
     "Forked",
     "ImportResult",
     "InMemoryArchiveStore",
@@ -132,6 +230,7 @@ __all__ = [
     "StoreUnavailable",
     "Summarizer",
     "Summary",
+    "TimelineEntry",
     "ToolCall",
     "ToolUsage",
     "UnknownSession",

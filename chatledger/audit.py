@@ -24,7 +24,7 @@ from eventsourcing.persistence import IntegrityError
 
 from chatledger.adapters.chain import BrokenLink, ChainRow, first_breaks
 from chatledger.adapters.mapper import TimedStoredEvent
-from chatledger.domain.errors import InvalidInput
+from chatledger.domain.errors import AccessDenied, InvalidInput
 from chatledger.domain.events import Forked, Started
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.identity import session_id
@@ -57,17 +57,23 @@ def _visible(principal: Principal, tenant: str | None) -> bool:
 
 
 def _sessions(
-    ledger: SessionLedger, principal: Principal, key: str | None
+    ledger: SessionLedger, principal: Principal, key: str | None, account_id: str | None = None
 ) -> Iterator[tuple[str | None, str | None, list[ChainRow]]]:
-    """(tenant, key, rows) of each session the principal may see, rows in version order."""
+    """(tenant, key, rows) of each session the principal may see (in ``account_id`` if
+    given), rows in version order."""
     recorder = ledger._app.event_recorder
-    only = None if key is None else ledger._target(principal, key, None)[2]
+    only = None if key is None else ledger._target(principal, key, account_id)[2]
+    if account_id is not None and account_id != principal.account_id and not principal.is_admin:
+        raise AccessDenied(
+            f"Principal of account {principal.account_id!r} may not read account "
+            f"{account_id!r}; only admins may name another account."
+        )
     current: list[ChainRow] = []
 
     def flush() -> Iterator[tuple[str | None, str | None, list[ChainRow]]]:
         first = next((r for r in current if r.version == 1), None)
         tenant, skey = _identity(first) if first else (None, None)
-        if only is not None or _visible(principal, tenant):
+        if only is not None or (_visible(principal, tenant) and account_id in (None, tenant)):
             yield tenant, skey, list(current)
 
     for row in recorder.chain_rows(only):
@@ -84,13 +90,14 @@ def verify(
     principal: Principal,
     key: str | None,
     anchors: Iterable[ChainHead] = (),
+    account_id: str | None = None,
 ) -> VerifyReport:
     chain_key = ledger._app.event_recorder.chain_key
     anchored = {a.session_id: a for a in anchors}
     issues: list[VerifyIssue] = []
     heads: list[ChainHead] = []
     sessions = events = snapshots = 0
-    for tenant, skey, rows in _sessions(ledger, principal, key):
+    for tenant, skey, rows in _sessions(ledger, principal, key, account_id):
         sessions += 1
         events += len(rows)
         sid = rows[0].originator_id
@@ -114,7 +121,7 @@ def verify(
     if key is None:
         # An anchored session with no rows left at all was deleted whole.
         for anchor in anchored.values():
-            if _visible(principal, anchor.tenant):
+            if _visible(principal, anchor.tenant) and account_id in (None, anchor.tenant):
                 issues.append(
                     VerifyIssue(
                         session_id=anchor.session_id, tenant=anchor.tenant, key=anchor.key,

@@ -3,19 +3,23 @@
 ``run_demo`` drives a ``SessionLedger`` it is given through the whole life of
 a session (messages with tool-call usage, a commit, a commit whose summarizer
 fails, more commits, an archive merge) and prints, with rich, what the ledger
-recorded. Every claim it prints is read back from the ledger, not assumed.
+recorded. Every claim it prints is read back from the ledger, not assumed, and
+everything it showed is returned as a ``DemoResult`` (``chatledger demo --json``).
 Only the CLI imports this module; nothing here opens databases or deletes files.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
 
+from chatledger.domain.errors import UnknownSession
 from chatledger.domain.ports import Summarizer, Summary
 from chatledger.domain.values import ArchiveSummary, Message, Principal
 from chatledger.render import (
@@ -30,6 +34,15 @@ from chatledger.render import (
 
 if TYPE_CHECKING:
     from chatledger.ledger import SessionLedger
+    from chatledger.results import (
+        CommitResult,
+        ContextView,
+        LedgerEvent,
+        MergeResult,
+        SessionDiff,
+        SessionView,
+        VerifyReport,
+    )
 
 DEMO_KEY = "support-42"
 DEMO_PRINCIPAL = Principal(
@@ -83,6 +96,42 @@ _CLOSING: list[dict[str, Any]] = [
 ]
 
 
+@dataclass(frozen=True)
+class DemoResult:
+    """Everything the demo showed, read back from the ledger."""
+
+    key: str
+    fork_key: str
+    failed_commit: CommitResult
+    merge: MergeResult
+    session: SessionView
+    history: list[LedgerEvent]
+    then: int  # the version just before the first commit
+    context_then: ContextView
+    diff: SessionDiff
+    fork: SessionView
+    verify: VerifyReport
+
+
+def unused_key(ledger: SessionLedger, base: str, *, also: str = "") -> str:
+    """``base``, or the first of ``base-2``, ``base-3``, ... that names no session yet
+    (nor does the key plus ``also``, e.g. ``-retry``): a demo never touches existing data."""
+    candidates = (base if n == 1 else f"{base}-{n}" for n in itertools.count(1))
+    return next(
+        key
+        for key in candidates
+        if not _exists(ledger, key) and not (also and _exists(ledger, key + also))
+    )
+
+
+def _exists(ledger: SessionLedger, key: str) -> bool:
+    try:
+        ledger.session(DEMO_PRINCIPAL, key)
+    except UnknownSession:
+        return False
+    return True
+
+
 class _FailingOnce:
     """A summarizer whose next call fails, like a model timing out, then recovers."""
 
@@ -114,8 +163,12 @@ def _summarizer_outage(ledger: SessionLedger) -> Iterator[None]:
         ledger.summarizer = original
 
 
-def run_demo(ledger: SessionLedger, console: Console, key: str = DEMO_KEY) -> None:
-    """Play the scripted support session on ``ledger`` under ``key`` and print the ledger."""
+def run_demo(ledger: SessionLedger, console: Console, key: str = DEMO_KEY) -> DemoResult:
+    """Play the scripted support session on ``ledger`` under ``key`` and print the ledger.
+
+    ``key`` may name an existing session of the demo's account: the story then goes on
+    there (its claims are still read back, not assumed).
+    """
     p = DEMO_PRINCIPAL
 
     def say(messages: list[dict[str, Any]]) -> None:
@@ -175,22 +228,41 @@ def run_demo(ledger: SessionLedger, console: Console, key: str = DEMO_KEY) -> No
     console.print(meta_table(view))
     console.print(buffer_table(view))
     console.print(archives_table(view))
-    console.print(history_table(ledger.history(p, key)))
-    _time_travel(ledger, console, key)
+    history = ledger.history(p, key)
+    console.print(history_table(history))
+    then, context_then, change, fork_key, forked, report = _time_travel(
+        ledger, console, key, history
+    )
+    return DemoResult(
+        key=key,
+        fork_key=fork_key,
+        failed_commit=failed,
+        merge=merged,
+        session=view,
+        history=history,
+        then=then,
+        context_then=context_then,
+        diff=change,
+        fork=forked,
+        verify=report,
+    )
 
 
-def _time_travel(ledger: SessionLedger, console: Console, key: str) -> None:
+def _time_travel(
+    ledger: SessionLedger, console: Console, key: str, history: list[LedgerEvent]
+) -> tuple[int, ContextView, SessionDiff, str, SessionView, VerifyReport]:
     """Look back: the prompt before the first commit, what changed since, a fork, verify."""
     p = DEMO_PRINCIPAL
-    history = ledger.history(p, key)
     first_commit = next(e.version for e in history if e.type == "Committed")
     then = first_commit - 1
     console.rule("[bold]Time travel[/]")
     console.print(f"[bold]5. The prompt the agent had at version {then}[/] (before any commit)")
-    console.print(context_table(ledger.context(p, key, 2_000, at_version=then)))
+    context_then = ledger.context(p, key, 2_000, at_version=then)
+    console.print(context_table(context_then))
     console.print(f"[bold]6. What changed from version {then} to now[/]")
-    console.print(diff_table(ledger.diff(p, key, then, history[-1].version)))
-    fork_key = f"{key}-retry"
+    change = ledger.diff(p, key, then, history[-1].version)
+    console.print(diff_table(change))
+    fork_key = unused_key(ledger, f"{key}-retry")
     forked = ledger.fork(p, key, then, fork_key)
     console.print(
         f"[bold]7. Fork at version {then}[/] as {fork_key!r}: {len(forked.buffer)} live "
@@ -202,8 +274,4 @@ def _time_travel(ledger: SessionLedger, console: Console, key: str) -> None:
         f"[bold]8. verify[/]: hash chains {verdict} "
         f"({report.sessions_checked} sessions, {report.events_checked} events)"
     )
-    console.print(
-        "\nTry it yourself: [cyan]chatledger log "
-        f"{key} --account {p.account_id}[/], [cyan]chatledger show {key} --at-version {then} "
-        f"--account {p.account_id}[/], [cyan]chatledger verify --account {p.account_id}[/]"
-    )
+    return then, context_then, change, fork_key, forked, report

@@ -765,15 +765,18 @@ class SessionLedger:
         key: str | None = None,
         *,
         anchors: Iterable[ChainHead] = (),
+        account_id: str | None = None,
     ) -> VerifyReport:
         """Recompute the hash chains (one session, or every session the principal sees).
 
         ``anchors`` are heads from an earlier report kept outside the database;
         each must still be part of its chain, which catches cut-off endings.
+        ``account_id`` names the account of ``key`` (or, without a key, the only
+        account to check); naming another account than the principal's is for admins.
         """
         if not isinstance(principal, Principal):
             raise InvalidInput("principal must be a chatledger Principal.")
-        return audit.verify(self, principal, key, anchors)
+        return audit.verify(self, principal, key, anchors, account_id)
 
     def export(self, principal: Principal, key: str | None = None) -> Iterator[str]:
         """Events as self-describing JSON lines (a header line first), with their hashes."""

@@ -37,6 +37,12 @@ from chatledger.adapters.read_models import (
     query_usage,
     query_working_set,
 )
+from chatledger.adapters.timeline import (
+    query_forked_sessions,
+    query_head_version,
+    query_timeline,
+    query_versions,
+)
 from chatledger.boundary import public as _public
 from chatledger.domain.errors import (
     AccessDenied,
@@ -46,6 +52,7 @@ from chatledger.domain.errors import (
     StoreUnavailable,
     UnknownSession,
 )
+from chatledger.domain.events import Forked
 from chatledger.domain.identity import session_id, validate_key
 from chatledger.domain.limits import check_aware, check_int, check_seconds
 from chatledger.domain.session import SessionStatus
@@ -58,7 +65,10 @@ if TYPE_CHECKING:
     from chatledger.ledger import SessionLedger
 
 
-WorkingSetOrder = Literal["last_activity", "created", "key"]
+WorkingSetOrder = Literal["last_activity", "created", "key", "pending_tokens"]
+_ORDERS = ("last_activity", "created", "key", "pending_tokens")
+_STATUSES = ("live", "evicted", "closed")
+MAX_SEARCH = 256
 DEFAULT_POLL_INTERVAL = 0.05
 MAX_PAGE = 10_000
 
@@ -123,6 +133,33 @@ class AuditEntry(Row):
     actor: Principal
     timestamp: datetime
     summary: str
+
+
+class TimelineEntry(AuditEntry):
+    """One event of a session, with the session's counters and status right after it."""
+
+    message_count: int
+    pending_tokens: int
+    turn_count: int
+    commit_count: int
+    archive_count: int  # live archives
+    last_commit_at: datetime | None
+    status: SessionStatus
+    tool_name: str | None  # the tool call a message reports, if any
+    tool_status: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class ForkEntry(Row):
+    """A session started as a fork of another: its key, and the origin's version it copies."""
+
+    session_id: UUID
+    account_id: str
+    session_key: str
+    origin_version: int
+    created_at: datetime
+    actor: Principal
 
 
 class ToolUsage(Row):
@@ -397,11 +434,23 @@ class ReadModels:
         limit: int = 100,
         offset: int = 0,
         include_evicted: bool = False,
+        status: SessionStatus | None = None,
+        search: str | None = None,
         account_id: str | None = None,
     ) -> list[WorkingSetEntry]:
-        """Live sessions (also evicted and closed ones with ``include_evicted``), newest first."""
-        if order not in ("last_activity", "created", "key"):
-            raise InvalidInput("order must be 'last_activity', 'created' or 'key'.")
+        """Live sessions (also evicted and closed ones with ``include_evicted``), newest first.
+
+        ``order="pending_tokens"`` puts the sessions with most uncommitted tokens
+        first; ``status`` keeps only sessions of that status (``live``,
+        ``evicted`` or ``closed``; it overrides ``include_evicted``); ``search``
+        keeps sessions whose key contains the text, ignoring case.
+        """
+        if order not in _ORDERS:
+            raise InvalidInput(f"order must be one of {', '.join(map(repr, _ORDERS))}.")
+        if status is not None and status not in _STATUSES:
+            raise InvalidInput(f"status must be None or one of {', '.join(map(repr, _STATUSES))}.")
+        if search is not None and (not isinstance(search, str) or len(search) > MAX_SEARCH):
+            raise InvalidInput(f"search must be None or a str of at most {MAX_SEARCH} characters.")
         limit, offset = _page(limit, offset)
         account = self._account(principal, account_id)
         with store_errors("read the working set"), self.engine.connect() as connection:
@@ -412,6 +461,8 @@ class ReadModels:
                 order=order,
                 limit=limit,
                 offset=offset,
+                status=status,
+                search=search or None,
             )
         return [WorkingSetEntry.model_validate(_ws_fields(row)) for row in rows]
 
@@ -474,6 +525,120 @@ class ReadModels:
                 offset=offset,
             )
         return [_audit_entry(row) for row in rows]
+
+    @_public
+    def timeline(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        after_version: int = 0,
+        before_version: int | None = None,
+        limit: int = 100,
+        newest: bool = False,
+        account_id: str | None = None,
+    ) -> list[TimelineEntry]:
+        """One page of a session's events, each with the session's counters after it.
+
+        Oldest first: the first ``limit`` events after ``after_version``, or with
+        ``newest`` the last ``limit`` before ``before_version`` (default: the
+        newest events), so a long session is paged from either end. Read from
+        the store's stored facts (never behind, nothing decoded) through the
+        stream index: a page costs the same in a session of 100 or 100,000 events.
+        Raises ``UnknownSession`` if the session does not exist.
+        """
+        if _bad_int(after_version, 0):
+            raise InvalidInput("after_version must be a non-negative integer.")
+        if before_version is not None and _bad_int(before_version, 1):
+            raise InvalidInput("before_version must be None or an integer >= 1.")
+        limit, _ = _page(limit, 0)
+        sid = self._session(principal, key, account_id)
+        with store_errors("read the timeline"), self._store.connect() as connection:
+            rows = query_timeline(
+                connection,
+                session_id=sid,
+                after_version=after_version,
+                before_version=before_version,
+                limit=limit,
+                newest=bool(newest),
+            )
+            if not rows and query_head_version(connection, session_id=sid) is None:
+                raise UnknownSession(f"No session {key!r} in this account.")
+        return [_timeline_entry(row) for row in rows]
+
+    @_public
+    def timeline_sample(
+        self, principal: Principal, key: str, *, points: int = 200, account_id: str | None = None
+    ) -> list[TimelineEntry]:
+        """The session's events at ``points`` evenly spaced versions, oldest first.
+
+        The first and the newest event are always included; a session with at
+        most ``points`` events is returned whole. For charts of long sessions:
+        each row is fetched through the stream index, so the cost grows with
+        ``points``, not with the session. Raises ``UnknownSession`` if the
+        session does not exist.
+        """
+        if _bad_int(points, 2) or points > MAX_PAGE:
+            raise InvalidInput(f"points must be an integer from 2 to {MAX_PAGE}.")
+        sid = self._session(principal, key, account_id)
+        with store_errors("read the timeline"), self._store.connect() as connection:
+            head = query_head_version(connection, session_id=sid)
+            if head is None:
+                raise UnknownSession(f"No session {key!r} in this account.")
+            if head <= points:
+                rows = query_timeline(
+                    connection,
+                    session_id=sid,
+                    after_version=0,
+                    before_version=None,
+                    limit=head,
+                    newest=False,
+                )
+            else:
+                step = (head - 1) / (points - 1)
+                versions = sorted({1 + round(i * step) for i in range(points)})
+                rows = query_versions(connection, session_id=sid, versions=versions)
+        return [_timeline_entry(row) for row in rows]
+
+    @_public
+    def forks(
+        self, principal: Principal, key: str, *, account_id: str | None = None
+    ) -> list[ForkEntry]:
+        """The sessions forked from ``key`` (forks stay in its account), oldest first.
+
+        Read from the store (never behind): the account's fork creations through
+        the session directory index, each one's ``Forked`` event decoded to match
+        the origin exactly. Raises ``UnknownSession`` if ``key`` does not exist.
+        """
+        sid = self._session(principal, key, account_id)
+        tenant = account_id or principal.account_id
+        with store_errors("read the forks"), self._store.connect() as connection:
+            if query_head_version(connection, session_id=sid) is None:
+                raise UnknownSession(f"No session {key!r} in this account.")
+            candidates = query_forked_sessions(connection, account_id=tenant)
+        found = []
+        for row in candidates:
+            first = self._ledger.history(principal, row["session_key"], limit=1, account_id=tenant)[
+                0
+            ]
+            event = first.event
+            if isinstance(event, Forked) and event.origin_session_id == sid:
+                found.append(
+                    ForkEntry(
+                        session_id=row["session_id"],
+                        account_id=tenant,
+                        session_key=row["session_key"],
+                        origin_version=event.origin_version,
+                        created_at=first.timestamp,
+                        actor=first.actor,
+                    )
+                )
+        return found
+
+    @property
+    def _store(self) -> Engine:
+        """The event store's engine (the audit log and timelines read its own rows)."""
+        return self._projector.log.engine
 
     @_public
     def usage(
@@ -559,6 +724,31 @@ def _ws_fields(row: dict[str, Any]) -> dict[str, Any]:
         created_at="created_at_us",
         last_activity_at="last_activity_us",
         last_commit_at="last_commit_us",
+    )
+
+
+def _bad_int(value: object, minimum: int) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int) or value < minimum
+
+
+def _timeline_entry(row: dict[str, Any]) -> TimelineEntry:
+    # Built without validation, like the actor: the stored facts are shown as
+    # stored, even edited ones (verify() is what reports those).
+    audit = _audit_entry(row)
+    last_commit = row["last_commit_us"]
+    return TimelineEntry.model_construct(
+        **dict(audit),
+        message_count=row["message_count"],
+        pending_tokens=row["pending_tokens"],
+        turn_count=row["turn_count"],
+        commit_count=row["commit_count"],
+        archive_count=row["archive_count"],
+        last_commit_at=None if last_commit is None else from_micros(last_commit),
+        status=row["status"],
+        tool_name=row["tool_name"],
+        tool_status=row["tool_status"],
+        prompt_tokens=row["prompt_tokens"],
+        completion_tokens=row["completion_tokens"],
     )
 
 

@@ -1,14 +1,22 @@
-"""Rich renderings of ledger results, shared by the CLI commands and the demo."""
+"""Rich renderings of ledger results, shared by the CLI commands and the demo.
+
+Every text that comes from the ledger goes into a ``Text`` (never markup), so a message
+holding ``[bold]`` prints as written.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
 
 from chatledger.projections.describe import describe_event
 from chatledger.results import ContextView, LedgerEvent, SessionDiff, SessionView, VerifyReport
+
+if TYPE_CHECKING:
+    from chatledger.read_models import ToolUsage, WorkingSetEntry
 
 
 def short(identifier: str | None) -> str:
@@ -129,5 +137,45 @@ def verify_table(report: VerifyReport) -> Table:
             str(issue.version),
             issue.reason,
             Text(f"{issue.expected[:16]} / {issue.found[:16]}"),
+        )
+    return table
+
+
+def working_set_table(rows: Sequence[WorkingSetEntry]) -> Table:
+    table = Table(title="Working set")
+    for column in ("account", "key", "status", "messages", "pending", "commits", "last activity"):
+        table.add_column(
+            column, justify="right" if column in ("messages", "pending", "commits") else "left"
+        )
+    for row in rows:
+        table.add_row(
+            Text(row.account_id),
+            Text(row.session_key),
+            row.status,
+            str(row.message_count),
+            str(row.pending_tokens),
+            str(row.commit_count),
+            row.last_activity_at.isoformat(timespec="seconds"),
+        )
+    return table
+
+
+def usage_table(rows: Sequence[ToolUsage]) -> Table:
+    table = Table(title="Tool usage (tokens)")
+    for column in ("account", "key", "tool"):
+        table.add_column(column, no_wrap=True)
+    for column in ("calls", "ok", "failed", "prompt", "compl.", "total"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            Text(row.account_id),
+            Text(row.session_key),
+            Text(row.tool_name),
+            str(row.call_count),
+            str(row.success_count),
+            str(row.fail_count),
+            str(row.prompt_tokens),
+            str(row.completion_tokens),
+            str(row.total_tokens),
         )
     return table

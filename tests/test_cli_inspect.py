@@ -1,4 +1,5 @@
-"""The inspection commands end to end: show, context, log, diff, fork, verify, export, import."""
+"""The commands end to end: show, context, log, diff, fork, sessions, usage, verify, export,
+import."""
 
 from __future__ import annotations
 
@@ -82,6 +83,39 @@ def test_log_lists_events_with_actor_and_follows_new_ones(
     assert json.loads(output.splitlines()[-1])["version"] == 7
 
 
+def test_log_json_carries_what_the_table_shows_and_more(url: str) -> None:
+    """Each `log --json` line has the table's summary and the whole event: text, archive, error."""
+    ledger = SessionLedger(url)
+    try:
+        ledger.summarizer = _Broken()
+        ledger.commit(ALICE, "s1")  # version 7: CommitFailed
+    finally:
+        ledger.close()
+
+    code, output = invoke("log", "s1", "--url", url, "--json", *AS_ALICE)
+
+    assert code == 0
+    lines = [json.loads(line) for line in output.splitlines()]
+    added = lines[1]
+    assert added["summary"] == "user: Where is order 7?"
+    assert added["event"]["message"]["content"] == "Where is order 7?"
+    committed = lines[3]
+    assert (
+        committed["type"] == "Committed" and "order 7" in committed["event"]["archive"]["overview"]
+    )
+    failed = lines[6]
+    assert failed["type"] == "CommitFailed" and "model down" in failed["event"]["error"]
+    assert failed["summary"].startswith("commit failed")
+
+
+class _Broken:
+    def summarize(self, messages: object) -> object:
+        raise RuntimeError("model down")
+
+    def merge(self, archives: object) -> object:
+        raise RuntimeError("model down")
+
+
 def test_diff_and_fork(url: str) -> None:
     """`diff` reports what changed; `fork --at-version --as` starts a new session from then."""
     code, output = invoke("diff", "s1", "1", "6", "--url", url, "--json", *AS_ALICE)
@@ -110,9 +144,10 @@ def test_verify_passes_then_fails_on_a_tampered_database(url: str, tmp_path: Pat
             )
     finally:
         ledger.close()
-    code, output = invoke("verify", "--url", url, "--json", *AS_ALICE)
-    assert code == 1
-    (issue,) = json.loads(output)["issues"]
+    result = runner.invoke(app, ["verify", "--url", url, "--json", *AS_ALICE])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: verify found 1 issue(s) in 1 session(s)")
+    (issue,) = json.loads(result.stdout)["issues"]
     assert (issue["key"], issue["version"], issue["reason"]) == ("s1", 3, "hash mismatch")
 
 
@@ -127,22 +162,59 @@ def test_export_then_import_into_an_empty_ledger(url: str, tmp_path: Path) -> No
     code, _ = invoke("verify", "--url", target, *AS_ALICE)
     assert code == 0
     code, output = invoke("import", str(dump), "--url", target)
-    assert code == 1 and "empty" in output and "Traceback" not in output
+    assert code == 2 and "empty" in output and "Traceback" not in output
+
+
+def test_export_and_import_report_as_json(url: str, tmp_path: Path) -> None:
+    """`export -o F --json` and `import --json` print JSON documents saying what they did."""
+    dump = tmp_path / "dump.jsonl"
+    result = runner.invoke(app, ["export", "--url", url, "-o", str(dump), "--json", *AS_ALICE])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"output": str(dump), "lines": 7}
+
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    result = runner.invoke(app, ["import", str(dump), "--url", target, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"sessions": 1, "events": 6}
+
+
+def test_export_to_stdout_is_json_lines(url: str) -> None:
+    """Without --output, export writes its JSON lines on stdout: a header, then the events."""
+    result = runner.invoke(app, ["export", "s1", "--url", url, *AS_ALICE])
+
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(records) == 7 and records[0]["format"]
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "expected"),
     [
-        ["show", "nope"],
-        ["show", "s1", "--at-version", "99"],
-        ["show", "s1", "--at-time", "yesterday"],
-        ["diff", "s1", "5", "2"],
-        ["fork", "s1", "--at-version", "2", "--as", "s1"],
+        (["show", "nope"], 3),
+        (["show", "s1", "--at-version", "99"], 2),
+        (["show", "s1", "--at-time", "yesterday"], 2),
+        (["diff", "s1", "5", "2"], 2),
+        (["fork", "s1", "--at-version", "2", "--as", "s1"], 2),
     ],
-    ids=lambda a: " ".join(a),
+    ids=lambda a: " ".join(a) if isinstance(a, list) else str(a),
 )
-def test_bad_requests_exit_1_with_one_line(url: str, args: list[str]) -> None:
-    """Unknown sessions and invalid arguments print one error line and exit with code 1."""
+def test_bad_requests_exit_with_their_code_and_one_line(
+    url: str, args: list[str], expected: int
+) -> None:
+    """Unknown sessions (3) and invalid arguments (2) print one error line each."""
     code, output = invoke(*args, "--url", url, *AS_ALICE)
-    assert code == 1
-    assert output.strip().startswith("error:") and "Traceback" not in output
+    assert code == expected, output
+    assert output.strip().startswith("error:") and len(output.strip().splitlines()) == 1
+    assert "Traceback" not in output
+
+
+def test_import_refuses_a_ledger_with_events_before_reading_the_file(
+    url: str, tmp_path: Path
+) -> None:
+    """`import` into a non-empty ledger exits 2 saying so, without parsing the file first."""
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("not json at all\n")
+
+    code, output = invoke("import", str(junk), "--url", url)
+
+    assert code == 2 and "empty" in output and "not JSON" not in output

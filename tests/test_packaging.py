@@ -45,6 +45,19 @@ def test_wheel_contains_every_module_of_the_mapped_folders(wheel: Path) -> None:
     assert "chatledger/py.typed" in names
 
 
+def test_wheel_ships_the_viewers_templates_and_static_files(wheel: Path) -> None:
+    """Every template, stylesheet and script of chatledger/web is package data in the wheel."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    web = SOURCE / "chatledger" / "web"
+    expected = {
+        f"chatledger/web/{path.relative_to(web).as_posix()}"
+        for folder in ("templates", "static")
+        for path in (web / folder).iterdir()
+    }
+    assert "chatledger/web/templates/timeline.html" in expected
+    assert expected <= names, f"missing from wheel: {sorted(expected - names)}"
+
+
 def test_wheel_installs_no_bare_top_level_packages(wheel: Path) -> None:
     """Nothing outside the chatledger namespace (no bare domain/adapters/projections) is shipped."""
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}

@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
-from typer.testing import CliRunner
 
 from chatledger import (
     AccessDenied,
@@ -38,7 +36,6 @@ from chatledger.domain.session import Session
 from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES, archive_event_from_event
 from chatledger.projections.facts import FACT_COLUMNS, stored_facts
 from chatledger.read_models import ProjectionTimeout, ReadModels
-from chatledger.read_models_cli import register
 from support import ADMIN, ALICE, BOB, FixedClock, FlakySummarizer
 
 SEARCH = {"tool_name": "search", "prompt_tokens": 10, "completion_tokens": 5}
@@ -841,27 +838,3 @@ def test_an_unusable_read_model_database_is_store_unavailable(ledger: SessionLed
     """A projections database that cannot be opened raises StoreUnavailable."""
     with pytest.raises(StoreUnavailable):
         ReadModels(ledger, url="sqlite:////nonexistent-dir/sub/views.db")
-
-
-# ---------------------------------------------------------------------- CLI
-def test_cli_rebuild_project_and_sessions(ledger: SessionLedger, database_url: str) -> None:
-    """`project`, `rebuild --all|NAME` and `sessions --json` work; bad names fail in one line."""
-    ledger.add_message(ALICE, "s", "user", "hi")
-    app = typer.Typer()
-    register(app)
-    runner = CliRunner()
-    result = runner.invoke(app, ["project", "--url", database_url])
-    assert result.exit_code == 0, result.output
-    assert "Applied 2 events" in result.output
-    result = runner.invoke(app, ["rebuild", "--all", "--url", database_url])
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["rebuild", "audit", "--url", database_url])
-    assert result.exit_code == 1 and "needs no rebuild" in result.output
-    result = runner.invoke(app, ["rebuild", "usage", "--url", database_url])
-    assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["sessions", "--account", "acme", "--url", database_url, "--json"])
-    assert result.exit_code == 0, result.output
-    assert '"session_key": "s"' in result.output
-    result = runner.invoke(app, ["rebuild", "bogus", "--url", database_url])
-    assert result.exit_code == 1
-    assert "Unknown read model" in result.output

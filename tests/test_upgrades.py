@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
+from typer.testing import CliRunner
 
 from chatledger import InvalidSettings, Principal, SessionLedger, StoreUnavailable
 from chatledger.adapters.migrations import LOCATION, SCHEMA_HEAD, VERSION_TABLE, schema_revision
+from chatledger.cli import app as cli
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ADMIN = Principal(account_id="ops", user_id="root", role="admin")
@@ -188,3 +190,22 @@ def test_a_0_1_0_ledger_is_checked_against_its_chains_for_the_key(old_ledger_url
         SessionLedger(old_ledger_url, chain_key="invented")
     with SessionLedger(old_ledger_url) as ledger:  # its own (no key): opens and records it
         assert ledger.verify(ADMIN).ok
+
+
+def test_chatledger_migrate_upgrades_in_place_and_says_so(old_ledger_url: str) -> None:
+    """`chatledger migrate` upgrades a 0.1.0 database, then finds nothing to do."""
+    first = CliRunner().invoke(cli, ["migrate", "--url", old_ledger_url, "--json"], env={})
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout) == {"from": "0001 (0.1.0)", "to": SCHEMA_HEAD, "changed": True}
+    again = CliRunner().invoke(cli, ["migrate", "--url", old_ledger_url], env={})
+    assert again.exit_code == 0 and "nothing to do" in again.stdout
+    with SessionLedger(old_ledger_url, create_tables=False) as ledger:  # no DDL needed now
+        assert ledger.verify(ADMIN).ok
+
+
+def test_chatledger_migrate_never_creates_a_ledger(tmp_path: Path) -> None:
+    """`chatledger migrate` on a missing database exits 3 (not found) and creates nothing."""
+    missing = tmp_path / "typo.db"
+    result = CliRunner().invoke(cli, ["migrate", "--url", f"sqlite:///{missing}"], env={})
+    assert result.exit_code == 3
+    assert not missing.exists()
