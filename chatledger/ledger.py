@@ -18,7 +18,6 @@ from typing import Any
 from chatledger.boundary import public, translated_errors
 from chatledger.domain.access import check_principal, target
 from chatledger.domain.errors import InvalidInput, StoreUnavailable, UnknownSession
-from chatledger.domain.events import Closed, Evicted
 from chatledger.domain.limits import Limits, check_int, check_seconds
 from chatledger.domain.ports import ArchiveStore, Clock, Summarizer
 from chatledger.domain.session import Session
@@ -49,6 +48,7 @@ from chatledger.service.messages import (
 from chatledger.service.messages import (
     idempotency_key as checked_key,
 )
+from chatledger.service.messages import message_ids as checked_ids
 from chatledger.service.sessions import unknown
 from chatledger.settings import LedgerSettings
 
@@ -199,21 +199,10 @@ class SessionLedger:
         idempotency_key: str | None = None,
     ) -> CommitResult:
         """Fold exactly ``message_ids`` into a new archive; the rest stays live."""
-        if isinstance(message_ids, str) or not isinstance(message_ids, Sequence):
-            raise InvalidInput("message_ids must be a list of message id strings.")
-        if not message_ids:
-            raise InvalidInput("commit_snapshot needs at least one message id.")
-        if not all(isinstance(i, str) for i in message_ids):
-            raise InvalidInput("message_ids must all be strings.")
-        if len(set(message_ids)) != len(message_ids):
-            raise InvalidInput("message_ids contains duplicates; name each message once.")
+        ids = checked_ids(message_ids)
         found = self._target(principal, key, account_id)
         return self.core.commits.commit(
-            principal,
-            found,
-            list(message_ids),
-            wait=wait,
-            idempotency_key=checked_key(idempotency_key),
+            principal, found, ids, wait=wait, idempotency_key=checked_key(idempotency_key)
         )
 
     @public
@@ -254,27 +243,10 @@ class SessionLedger:
         """
         found = self._target(principal, key, account_id)
         built_context = build_context(self.limits, context)
-        sessions = self.core.sessions
-        with sessions.lock(found.session_id):
-            existing = sessions.load(found.session_id)
-            if existing is not None:
-                return self._view(existing), False
-        now = self.core.now()
-
-        def created(session: Session) -> bool:
-            return session.version == 1 and bool(session.pending_events)
-
-        def create() -> Session:
-            return Session.start(
-                tenant=found.tenant,
-                key=found.key,
-                actor=principal,
-                timestamp=now,
-                context=built_context,
-            )
-
-        written = sessions.write(found.session_id, created, create=create)
-        return self._view(written.session), written.outcome
+        session, created = writes.get_or_create(
+            self.core.sessions, principal, found, built_context, self.core.now
+        )
+        return self._view(session), created
 
     @public
     def close_session(
@@ -286,18 +258,10 @@ class SessionLedger:
         idempotency_key: str | None = None,
     ) -> SessionView:
         """Record that the client closed the session (it leaves the working set)."""
-        found = self._target(principal, key, account_id)
-        now = self.core.now()
-
-        def apply(session: Session) -> None:
-            session.close(actor=principal, timestamp=now)
-
-        view = writes.record(
-            self.core.sessions, found, apply, kind=Closed,
-            idempotency_key=checked_key(idempotency_key), view=self._view,
-        )  # fmt: skip
-        self.core.sessions.forget(found.session_id)
-        return view
+        found, write_key = self._target(principal, key, account_id), checked_key(idempotency_key)
+        return writes.close(
+            self.core.sessions, principal, found, self.core.now(), write_key, self._view
+        )
 
     @public
     def evict(
@@ -314,18 +278,11 @@ class SessionLedger:
         if reason not in ("idle", "lru", "admin"):
             raise InvalidInput("reason must be 'idle', 'lru' or 'admin'.")
         seconds = None if idle_seconds is None else check_seconds(idle_seconds, "idle_seconds")
-        found = self._target(principal, key, account_id)
-        now = self.core.now()
-
-        def apply(session: Session) -> None:
-            session.evict(reason, idle_seconds=seconds, actor=principal, timestamp=now)
-
-        view = writes.record(
-            self.core.sessions, found, apply, kind=Evicted,
-            idempotency_key=checked_key(idempotency_key), view=self._view,
+        found, write_key = self._target(principal, key, account_id), checked_key(idempotency_key)
+        return writes.evict(
+            self.core.sessions, principal, found, reason, seconds, self.core.now(), write_key,
+            self._view,
         )  # fmt: skip
-        self.core.sessions.forget(found.session_id)  # eviction is about memory
-        return view
 
     # ---------------------------------------------------------------- reads
     @public

@@ -22,13 +22,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from chatledger.cli.common import (
-    Invocation,
-    ProjectionsUrlOption,
-    print_json,
-    print_json_line,
-    shared_options,
-)
+from chatledger.cli.common import Invocation, ProjectionsUrlOption, shared_options
+from chatledger.cli.output import print_json, print_json_line
 
 if TYPE_CHECKING:
     from types import FrameType

@@ -96,6 +96,19 @@ def _from_spec(limits: Limits, now: datetime, spec: Mapping[str, Any] | Message)
     )
 
 
+def message_ids(value: object) -> list[str]:
+    """The message ids a snapshot commit names: a non-empty list of distinct strings."""
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InvalidInput("message_ids must be a list of message id strings.")
+    if not value:
+        raise InvalidInput("commit_snapshot needs at least one message id.")
+    if not all(isinstance(i, str) for i in value):
+        raise InvalidInput("message_ids must all be strings.")
+    if len(set(value)) != len(value):
+        raise InvalidInput("message_ids contains duplicates; name each message once.")
+    return list(value)
+
+
 def build_context(
     limits: Limits, context: ClientContext | Mapping[str, Any] | None
 ) -> ClientContext | None:

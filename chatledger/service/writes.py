@@ -15,10 +15,10 @@ from datetime import datetime
 from chatledger.adapters.eventstore import KeyedRow
 from chatledger.domain.access import Target
 from chatledger.domain.errors import InvalidInput
-from chatledger.domain.events import MessageAdded
+from chatledger.domain.events import Closed, Evicted, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import Session
-from chatledger.domain.values import ClientContext, Message, Principal
+from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal
 from chatledger.results import AddedMessage, SessionView
 from chatledger.service.messages import KEY_REUSED, same_message
 from chatledger.service.sessions import AlreadyRecorded, SessionStore
@@ -111,3 +111,74 @@ def record(
             raise InvalidInput(KEY_REUSED) from None
         return view(sessions.store.load(target.session_id, done.rows[0].version))
     return view(written.session)
+
+
+def get_or_create(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    context: ClientContext | None,
+    now: Callable[[], datetime],
+) -> tuple[Session, bool]:
+    """The session ``target`` names, started (with ``context``) if it does not exist; and
+    whether this call started it. Racing creators end with one session: the loser's
+    append conflicts on version 1, it reloads, and finds the winner's."""
+    with sessions.lock(target.session_id):
+        existing = sessions.load(target.session_id)
+        if existing is not None:
+            return existing, False
+    moment = now()
+
+    def created(session: Session) -> bool:
+        return session.version == 1 and bool(session.pending_events)
+
+    def create() -> Session:
+        return Session.start(
+            tenant=target.tenant, key=target.key, actor=principal, timestamp=moment,
+            context=context,
+        )  # fmt: skip
+
+    written = sessions.write(target.session_id, created, create=create)
+    return written.session, written.outcome
+
+
+def close(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    now: datetime,
+    idempotency_key: str | None,
+    view: Callable[[Session], SessionView],
+) -> SessionView:
+    """Record ``Closed``; the session leaves this process's cache too."""
+
+    def apply(session: Session) -> None:
+        session.close(actor=principal, timestamp=now)
+
+    closed = record(
+        sessions, target, apply, kind=Closed, idempotency_key=idempotency_key, view=view
+    )
+    sessions.forget(target.session_id)
+    return closed
+
+
+def evict(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    reason: EvictionReason,
+    idle_seconds: float | None,
+    now: datetime,
+    idempotency_key: str | None,
+    view: Callable[[Session], SessionView],
+) -> SessionView:
+    """Record ``Evicted``; eviction is about memory, so the cached copy goes too."""
+
+    def apply(session: Session) -> None:
+        session.evict(reason, idle_seconds=idle_seconds, actor=principal, timestamp=now)
+
+    evicted = record(
+        sessions, target, apply, kind=Evicted, idempotency_key=idempotency_key, view=view
+    )
+    sessions.forget(target.session_id)
+    return evicted
