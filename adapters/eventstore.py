@@ -1073,6 +1073,12 @@ class EventStoreApplication(Application[UUID]):
     def _snapshot(self, session: Session) -> None:
         assert self.snapshots is not None
         # A snapshot only speeds loading; the events are already safe without it.
-        with contextlib.suppress(DatabaseError):
+        try:
             self.snapshots.put([Session.Snapshot.take(session)])
-            session.rebuilt_from = (session.version, session.state_items)
+        except DatabaseError as error:
+            logger.warning("snapshot of session %s at v%d not stored: %s", session.id,
+                           session.version, error)  # fmt: skip
+            return
+        session.rebuilt_from = (session.version, session.state_items)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("snapshot of session %s at v%d", session.id, session.version)

@@ -335,6 +335,7 @@ class Projector:
         copied into another database through this process.
         """
         self.reset(names)
+        logger.info("rebuilding read models %s from the whole log", ", ".join(names))
         size = batch_size or (REBUILD_SPAN if self.shared else REBUILD_SPAN_STAGED)
         return self.catch_up(progress=progress, batch_size=size)
 
@@ -408,6 +409,8 @@ class Projector:
             self._publish(self.positions())
             return count
         self._publish(positions)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("applied %d events up to position %d", count, last)
         return count
 
     def _apply(
@@ -580,8 +583,12 @@ class Projector:
         while not self._stopping.is_set():
             try:
                 count = self.catch_up()
+                if self.last_error is not None:
+                    logger.info("read models follow the log again")
                 self.last_error = None
             except ChatLedgerError as error:  # e.g. the database restarts: keep trying
+                if self.last_error is None:
+                    logger.warning("read models cannot follow the log (retrying): %s", error)
                 self.last_error = error
                 count = 0
                 delay = max_interval

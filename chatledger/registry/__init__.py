@@ -21,6 +21,7 @@ the database directly or changes the ledger's identity scheme.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -55,6 +56,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+logger = logging.getLogger("chatledger.registry")
 MonotonicClock = Callable[[], float]
 
 
@@ -370,6 +372,10 @@ class SessionRegistry:
             if failure is not None:
                 raise failure
 
+        logger.info(
+            "evicting %d idle sessions (%s): %s", len(victims), reason,
+            ", ".join(live.session_id for live, _ in victims),
+        )  # fmt: skip
         task = self._spawn(record())
         for live, _ in victims:
             self._leaving[live.session_id] = task

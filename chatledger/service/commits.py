@@ -187,6 +187,10 @@ class CommitRunner:
                     error=text,
                     message_ids=tuple(m.id for m in pending.messages),
                 )
+            logger.info(
+                "committed %d messages of session %r into archive %s",
+                len(archive.message_ids), pending.target.key, archive.archive_id,
+            )  # fmt: skip
             return CommitResult(
                 status="completed",
                 archived=True,
