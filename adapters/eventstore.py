@@ -691,7 +691,9 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         # heads of sessions it appended to (see _append_sqlite).
         self._position: int | None = None
         self._heads: OrderedDict[int, tuple[int, bytes]] = OrderedDict()  # by UUID.int
-        self._postgres = (
+        # The PostgreSQL append path (None on SQLite), public for tests that hold
+        # an append between its steps.
+        self.postgres = (
             PostgresAppender(engine, table, position_sequence, chain_key=chain_key)
             if self.dialect == "postgresql"
             else None
@@ -701,14 +703,14 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
         """Append events, each hashed onto its session's chain; return their positions."""
         if not stored_events:
             return []
-        if self._postgres is not None:
-            return self._postgres.append(stored_events)
+        if self.postgres is not None:
+            return self.postgres.append(stored_events)
         return self._append_sqlite(stored_events)
 
     def close(self) -> None:
         super().close()
-        if self._postgres is not None:
-            self._postgres.close()
+        if self.postgres is not None:
+            self.postgres.close()
 
     def _append_sqlite(self, rows: Sequence[StoredEvent]) -> list[int]:
         """The SQLite append: one statement per event, and no reads when nothing changed.
@@ -838,8 +840,8 @@ class SqlEventRecorder(_SqlRecorder, ApplicationRecorder):
 
     def insert_exported(self, rows: Sequence[ChainRow], facts: Sequence[StoredFacts]) -> None:
         """Insert rows with their original positions and hashes (and facts) into an empty store."""
-        if self._postgres is not None:
-            self._postgres.insert_exported(rows, facts)
+        if self.postgres is not None:
+            self.postgres.insert_exported(rows, facts)
             return
 
         def insert(cursor: Any) -> None:
@@ -1181,6 +1183,12 @@ class EventStoreApplication(Application[UUID]):
     def _snapshot(self, session: Session) -> None:
         assert self.snapshots is not None
         # A snapshot only speeds loading; the events are already safe without it.
-        with contextlib.suppress(DatabaseError):
+        try:
             self.snapshots.put([Session.Snapshot.take(session)])
-            session.rebuilt_from = (session.version, session.state_items)
+        except DatabaseError as error:
+            logger.warning("snapshot of session %s at v%d not stored: %s", session.id,
+                           session.version, error)  # fmt: skip
+            return
+        session.rebuilt_from = (session.version, session.state_items)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("snapshot of session %s at v%d", session.id, session.version)

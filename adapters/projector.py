@@ -401,7 +401,7 @@ class Projector:
         self.batch_size = batch_size
         self._progress = threading.Condition()
         self._positions_seen: dict[str, LogCursor] = {}
-        self._wake = threading.Event()
+        self.wakeup = threading.Event()
         self._stopping = threading.Event()
         self.last_error: ChatLedgerError | None = None
 
@@ -498,6 +498,7 @@ class Projector:
         ``catch_up``.
         """
         self.reset(names)
+        logger.info("rebuilding read models %s from the whole log", ", ".join(names))
         size = batch_size or (REBUILD_SPAN if self.shared else REBUILD_SPAN_STAGED)
         return self.catch_up(progress=progress, batch_size=size, settle=settle)
 
@@ -606,6 +607,8 @@ class Projector:
             self._publish(self.cursors())
             return count
         self._publish(cursors)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("applied %d events up to position %d", count, last.position)
         return count
 
     def _apply(
@@ -731,12 +734,17 @@ class Projector:
     # ------------------------------------------------------------- follow
     def wake(self) -> None:
         """Look at the log now instead of at the end of the current back-off."""
-        self._wake.set()
+        self.wakeup.set()
 
     def stop(self) -> None:
-        """Ask ``run`` to return (it finishes the batch in progress first)."""
+        """Ask ``run`` to return (it finishes the batch in progress first). A stop asked
+        before ``run`` starts counts too: ``run`` then returns at once (see ``resume``)."""
         self._stopping.set()
-        self._wake.set()
+        self.wakeup.set()
+
+    def resume(self) -> None:
+        """Forget an earlier ``stop()``, so that the next ``run`` follows again."""
+        self._stopping.clear()
 
     def run(self, *, min_interval: float = 0.002, max_interval: float = 0.05) -> None:
         """Follow the log until ``stop()``: poll, backing off from min to max while idle.
@@ -745,10 +753,9 @@ class Projector:
         commits (LISTEN/NOTIFY), so the back-off only bounds the delay when
         notifications are lost; on SQLite the back-off is the latency.
         """
-        self._stopping.clear()
         listener = None
         if self.log.engine.dialect.name == "postgresql":
-            listener = threading.Thread(target=self._listen, name="chatledger-listen", daemon=True)
+            listener = threading.Thread(target=self.listen, name="chatledger-listen", daemon=True)
             listener.start()
         try:
             self._follow(min_interval, max_interval)
@@ -757,7 +764,7 @@ class Projector:
             if listener is not None:
                 listener.join(timeout=5)
 
-    def _listen(self) -> None:
+    def listen(self) -> None:
         """Wake the follower whenever PostgreSQL notifies an append; reconnect after failures."""
         while not self._stopping.is_set():
             fairy = None
@@ -766,10 +773,10 @@ class Projector:
                 connection: Any = fairy.dbapi_connection
                 connection.autocommit = True
                 connection.execute(f"LISTEN {append_channel(connection)}")
-                self._wake.set()  # whatever was appended before LISTEN took effect
+                self.wakeup.set()  # whatever was appended before LISTEN took effect
                 while not self._stopping.is_set():
                     for _ in connection.notifies(timeout=0.5, stop_after=1):
-                        self._wake.set()
+                        self.wakeup.set()
             except Exception:
                 self._stopping.wait(1.0)
             finally:
@@ -781,16 +788,20 @@ class Projector:
         while not self._stopping.is_set():
             try:
                 count = self.catch_up()
+                if self.last_error is not None:
+                    logger.info("read models follow the log again")
                 self.last_error = None
             except ChatLedgerError as error:  # e.g. the database restarts: keep trying
+                if self.last_error is None:
+                    logger.warning("read models cannot follow the log (retrying): %s", error)
                 self.last_error = error
                 count = 0
                 delay = max_interval
             if count:
                 delay = min_interval
                 continue
-            woken = self._wake.wait(delay)
-            self._wake.clear()
+            woken = self.wakeup.wait(delay)
+            self.wakeup.clear()
             delay = min_interval if woken else min(delay * 2, max_interval)
 
     def wait(self, position: int, timeout: float) -> bool:

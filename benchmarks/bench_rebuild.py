@@ -91,7 +91,7 @@ def build(ledger: SessionLedger, events: int, *, interleave: int = 1, seed: int 
 
 
 def raw_scan(ledger: SessionLedger) -> int:
-    connection = ledger._app.event_recorder.engine.raw_connection()
+    connection = ledger.core.store.event_recorder.engine.raw_connection()
     try:
         cursor = connection.cursor()
         cursor.execute(
@@ -163,7 +163,7 @@ def bench_latency(url: str, samples: int) -> None:
                 time.sleep(rng.uniform(0, 2 * cap))  # the follower is somewhere in its back-off
                 position = writer.add_message(PRINCIPALS[0], "latency", "user", f"m{n}").position
                 started = time.perf_counter()
-                assert models._projector.wait(position, 5), "the follower never applied it"
+                assert models.projector.wait(position, 5), "the follower never applied it"
                 delays.append((time.perf_counter() - started) * 1000)
             models.close()
         delays.sort()

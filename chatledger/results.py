@@ -1,4 +1,4 @@
-"""Typed, frozen results returned by ``SessionLedger`` (never bare dicts)."""
+"""Typed, frozen results returned by ``SessionLedger`` and ``ReadModels`` (never bare dicts)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from chatledger.domain.session import SessionStatus
 from chatledger.domain.values import ArchiveSummary, ClientContext, Message, Principal
 
 CommitStatus = Literal["completed", "failed", "processing", "skipped"]
+WorkingSetOrder = Literal["last_activity", "created", "key", "pending_tokens"]
 TaskStatus = Literal["processing", "completed", "failed"]
 
 
@@ -191,3 +192,108 @@ class ImportResult(Result):
 
     sessions: int
     events: int
+
+
+# ------------------------------------------------------- read-model rows
+class WorkingSetEntry(Result):
+    """One session of the working set: who started it, its counters, when it was last active."""
+
+    session_id: UUID
+    account_id: str
+    user_id: str
+    agent_id: str
+    session_key: str
+    created_at: datetime
+    last_activity_at: datetime
+    message_count: int
+    pending_tokens: int
+    turn_count: int
+    commit_count: int
+    archive_count: int
+    last_commit_at: datetime | None
+    status: SessionStatus
+    version: int
+
+
+class ArchiveEntry(Result):
+    """One archive of a session, live or merged into another, with its lineage."""
+
+    session_id: UUID
+    account_id: str
+    session_key: str
+    archive_id: str
+    overview: str
+    abstract: str
+    message_ids: tuple[str, ...]
+    tokens: int
+    created_at: datetime
+    position: int
+    version: int
+    merged_into: str | None
+    merged_from: tuple[str, ...]
+    live: bool
+
+
+class AuditEntry(Result):
+    """One recorded event: where in the log, which session and version, who, when, what."""
+
+    position: int
+    session_id: UUID
+    account_id: str
+    session_key: str
+    version: int
+    event_type: str
+    actor: Principal
+    timestamp: datetime
+    summary: str
+
+
+class TimelineEntry(AuditEntry):
+    """One event of a session, with the session's counters and status right after it."""
+
+    message_count: int
+    pending_tokens: int
+    turn_count: int
+    commit_count: int
+    archive_count: int  # live archives
+    last_commit_at: datetime | None
+    status: SessionStatus
+    tool_name: str | None  # the tool call a message reports, if any
+    tool_status: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class ForkEntry(Result):
+    """A session started as a fork of another: its key, and the origin's version it copies."""
+
+    session_id: UUID
+    account_id: str
+    session_key: str
+    origin_version: int
+    created_at: datetime
+    actor: Principal
+
+
+class ToolUsage(Result):
+    """Calls of one tool in one session, their outcomes and tokens."""
+
+    session_id: UUID
+    account_id: str
+    session_key: str
+    tool_name: str
+    call_count: int
+    success_count: int
+    fail_count: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class SkippedEvent(Result):
+    """An event a read model could not apply and skipped, so the log could go on."""
+
+    model: str
+    position: int
+    error: str
+    skipped_at: datetime

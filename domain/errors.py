@@ -42,6 +42,10 @@ class StoreUnavailable(ChatLedgerError):
     """The event store or an archive store could not be reached or used."""
 
 
+class ProjectionTimeout(StoreUnavailable):
+    """The read models did not reach the requested position in time."""
+
+
 class WriteOutcomeUnknown(StoreUnavailable):
     """The database went away while a write was committing: it may or may not be recorded.
 

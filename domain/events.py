@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from chatledger.domain.aggregate import SessionFields
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
 from chatledger.domain.rules import with_merge
 from chatledger.domain.values import ArchiveSummary, ClientContext, EvictionReason, Message
-
-if TYPE_CHECKING:
-    from chatledger.domain.session import Session
 
 
 class Started(SessionCreationEvent):
@@ -32,7 +30,7 @@ class Started(SessionCreationEvent):
         _begin(aggregate, self)
 
 
-def _begin(session: Session, event: Started | Forked) -> None:
+def _begin(session: SessionFields, event: Started | Forked) -> None:
     """What every first event sets: identity, client context, who started it."""
     session.tenant = event.tenant
     session.key = event.key
@@ -62,7 +60,7 @@ class Forked(SessionCreationEvent):
     last_commit_at: datetime | None
 
     def apply(self, aggregate: Any) -> None:
-        session: Session = aggregate
+        session: SessionFields = aggregate
         _begin(session, self)
         session.set_buffer(self.buffer)
         session.archives = list(self.archives)
@@ -77,7 +75,7 @@ class MessageAdded(SessionEvent):
     message: Message
 
     def apply(self, aggregate: Any) -> None:
-        session: Session = aggregate
+        session: SessionFields = aggregate
         message = self.message
         session.buffer[message.id] = message
         session.pending_tokens += message.tokens
@@ -98,7 +96,7 @@ class Committed(SessionEvent):
         return self.archive.message_ids
 
     def apply(self, aggregate: Any) -> None:
-        session: Session = aggregate
+        session: SessionFields = aggregate
         for message_id in self.archive.message_ids:
             message = session.buffer.pop(message_id, None)
             if message is not None:
@@ -131,7 +129,7 @@ class ArchiveMerged(SessionEvent):
     source_archive_ids: tuple[str, ...]
 
     def apply(self, aggregate: Any) -> None:
-        session: Session = aggregate
+        session: SessionFields = aggregate
         session.archives = with_merge(session.archives, self.archive, self.source_archive_ids)
         session.updated_at = self.timestamp
 
@@ -143,7 +141,7 @@ class Evicted(SessionEvent):
     idle_seconds: float | None = None
 
     def apply(self, aggregate: Any) -> None:
-        session: Session = aggregate
+        session: SessionFields = aggregate
         session.evicted = True
         session.closed = False
         session.updated_at = self.timestamp
@@ -157,7 +155,7 @@ class Closed(SessionEvent):
     """
 
     def apply(self, aggregate: Any) -> None:
-        session: Session = aggregate
+        session: SessionFields = aggregate
         session.evicted = session.closed = True
         session.updated_at = self.timestamp
 
@@ -172,7 +170,7 @@ class Reactivated(SessionEvent):
     previous_status: Literal["evicted", "closed"]
 
     def apply(self, aggregate: Any) -> None:
-        session: Session = aggregate
+        session: SessionFields = aggregate
         session.evicted = session.closed = False
         session.updated_at = self.timestamp
 

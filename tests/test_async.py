@@ -36,13 +36,13 @@ def test_async_calls_do_not_block_the_event_loop(make_ledger: Callable[..., Sess
     """While a write is blocked in the store, other coroutines keep running."""
     sync_ledger = make_ledger()
     release = threading.Event()
-    original = sync_ledger._app.record
+    original = sync_ledger.core.store.record
 
     def slow_record(session):  # type: ignore[no-untyped-def]
         assert release.wait(10)
         return original(session)
 
-    sync_ledger._app.record = slow_record  # type: ignore[method-assign]
+    sync_ledger.core.store.record = slow_record  # type: ignore[method-assign]
 
     async def scenario() -> None:
         ledger = AsyncSessionLedger(sync_ledger)

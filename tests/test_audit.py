@@ -31,7 +31,7 @@ def _populate(ledger: SessionLedger) -> None:
 
 
 def _rows(ledger: SessionLedger) -> list[dict[str, Any]]:
-    engine = ledger._app.event_recorder.engine
+    engine = ledger.core.store.event_recorder.engine
     with engine.connect() as connection:
         return [
             dict(r._mapping)
@@ -42,7 +42,7 @@ def _rows(ledger: SessionLedger) -> list[dict[str, Any]]:
 
 
 def _execute(ledger: SessionLedger, sql: str, **params: Any) -> None:
-    with ledger._app.event_recorder.engine.begin() as connection:
+    with ledger.core.store.event_recorder.engine.begin() as connection:
         connection.execute(text(sql), params)
 
 
@@ -194,7 +194,7 @@ def test_keyed_chain_detects_a_forger_who_knows_the_scheme(
 
 def test_doctored_snapshot_is_detected(populated: SessionLedger) -> None:
     """A snapshot edited in the database no longer matches the replay and is reported."""
-    with populated._app.event_recorder.engine.connect() as connection:
+    with populated.core.store.event_recorder.engine.connect() as connection:
         oid, version, state = connection.execute(
             text("SELECT originator_id, originator_version, state FROM chatledger_snapshots")
         ).first()  # type: ignore[misc]
@@ -238,7 +238,7 @@ def test_no_random_mutation_goes_undetected(make_ledger: Callable[..., SessionLe
     @given(MUTATION)
     def run(mutation: tuple[str, str, int]) -> None:
         _execute(ledger, "DELETE FROM chatledger_events")
-        ledger._cache.clear()
+        ledger.core.sessions.clear()
         _populate(ledger)
         assert ledger.verify(ADMIN).ok
         rows = _rows(ledger)
@@ -293,7 +293,7 @@ def test_broken_export_file_imports_nothing(populated: SessionLedger, tmp_path: 
     try:
         with pytest.raises(InvalidInput, match="Broken hash chain"):
             target.import_(lines)
-        assert target._app.recorder.max_notification_id() is None
+        assert target.core.store.recorder.max_notification_id() is None
         with pytest.raises(InvalidInput):
             target.import_(["not json"])
         with pytest.raises(InvalidInput):
@@ -376,7 +376,7 @@ def test_an_export_whose_positions_contradict_its_versions_imports_nothing(
             target.import_(_rechained(lines, swap_last_two))
         with pytest.raises(InvalidInput, match="start at 1"):
             target.import_(_rechained(lines, start_at_zero))
-        assert target._app.recorder.max_notification_id() is None
+        assert target.core.store.recorder.max_notification_id() is None
         assert target.import_(_rechained(lines, lambda records: None)).events == len(lines) - 1
     finally:
         target.close()
@@ -391,7 +391,7 @@ def test_an_export_whose_chain_holds_but_an_event_cannot_be_applied_imports_noth
     try:
         with pytest.raises(InvalidInput, match="cannot be replayed"):
             target.import_(lines)
-        assert target._app.recorder.max_notification_id() is None
+        assert target.core.store.recorder.max_notification_id() is None
     finally:
         target.close()
 
@@ -466,7 +466,7 @@ def test_import_reproduces_random_histories(
     def run(ops: list[tuple[str, int]]) -> None:
         _execute(ledger, "DELETE FROM chatledger_events")
         _execute(ledger, "DELETE FROM chatledger_snapshots")
-        ledger._cache.clear()
+        ledger.core.sessions.clear()
         keys = ["a"]
         ledger.add_message(ALICE, "a", "user", "start")
         for op, n in ops:

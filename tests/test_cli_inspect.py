@@ -138,7 +138,7 @@ def test_verify_passes_then_fails_on_a_tampered_database(url: str, tmp_path: Pat
     assert len(json.loads(anchors.read_text())) == 1
     ledger = SessionLedger(url)
     try:
-        with ledger._app.event_recorder.engine.begin() as connection:
+        with ledger.core.store.event_recorder.engine.begin() as connection:
             connection.execute(
                 text("UPDATE chatledger_events SET timestamp_us = timestamp_us + 1 WHERE id = 3")
             )

@@ -65,7 +65,7 @@ def test_the_check_sees_a_heavy_import() -> None:
 
 
 def test_the_lazy_face_maps_each_name_to_the_module_type_checkers_see() -> None:
-    """chatledger._EXPORTS equals the TYPE_CHECKING imports of chatledger/__init__.py."""
+    """The lazy name map equals the TYPE_CHECKING imports of chatledger/__init__.py."""
     tree = ast.parse((SOURCE / "__init__.py").read_text(encoding="utf-8"))
     guarded = next(node for node in tree.body if isinstance(node, ast.If))
     static = {
@@ -74,6 +74,13 @@ def test_the_lazy_face_maps_each_name_to_the_module_type_checkers_see() -> None:
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
+    lazy = next(  # the literal dict of name -> module that __getattr__ imports from
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Dict)
+    )
+    exports = ast.literal_eval(lazy)
 
-    assert static == chatledger._EXPORTS
+    assert static == exports
     assert set(static) == set(chatledger.__all__) - {"__version__"}
+    assert all(getattr(chatledger, name).__module__ for name in exports if name[0].isupper())

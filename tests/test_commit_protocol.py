@@ -336,9 +336,9 @@ def test_finished_async_tasks_are_bounded(
     make_ledger: Callable[..., SessionLedger], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Only the newest finished commit tasks are remembered, so memory stays bounded."""
-    import chatledger.ledger as ledger_module
+    from chatledger.service import commits
 
-    monkeypatch.setattr(ledger_module, "_KEPT_TASKS", 2)
+    monkeypatch.setattr(commits, "KEPT_TASKS", 2)
     ledger = make_ledger()
     started = []
     for i in range(3):

@@ -94,7 +94,7 @@ def test_a_context_within_the_limits_round_trips_exactly(ledger: SessionLedger) 
     }
     context = ClientContext(cwd="/srv/app", additional_directories=("/tmp",), meta=meta)
     ledger.add_message(ALICE, "s1", "user", "hi", context=context)
-    ledger._cache.clear()  # a cold load decodes what was stored
+    ledger.core.sessions.clear()  # a cold load decodes what was stored
     assert ledger.session(ALICE, "s1").context == context
     assert ledger.verify(ALICE, "s1").ok
 
@@ -113,7 +113,7 @@ def test_summarizer_metadata_that_cannot_be_stored_fails_the_commit(
     assert (result.status, result.archived) == ("failed", False)
     assert "metadata" in (result.error or "")
     assert [e.type for e in ledger.history(ALICE, "s1")][-1] == "CommitFailed"
-    ledger._cache.clear()
+    ledger.core.sessions.clear()
     assert len(ledger.session(ALICE, "s1").buffer) == 1
     assert ledger.verify(ALICE).ok
     assert len(list(ledger.export(ALICE))) == 1 + 3
@@ -407,7 +407,7 @@ def test_a_snapshot_past_the_last_event_is_reported_and_never_used(
     )
     report = snapshotted.verify(ALICE)
     assert [i.reason for i in report.issues] == ["snapshot past the last event"]
-    snapshotted._cache.clear()
+    snapshotted.core.sessions.clear()
     with caplog.at_level("WARNING", logger="chatledger.store"):
         assert snapshotted.session(ALICE, "s1").version == last
     assert "past its last event" in caplog.text
@@ -429,7 +429,7 @@ def test_a_garbled_snapshot_is_reported_and_loading_falls_back_to_replay(
     )
     report = snapshotted.verify(ALICE)
     assert [i.reason for i in report.issues] == ["snapshot cannot be decoded"]
-    snapshotted._cache.clear()
+    snapshotted.core.sessions.clear()
     with caplog.at_level("WARNING", logger="chatledger.store"):
         assert snapshotted.session(ALICE, "s1") == expected
     assert "cannot be decoded" in caplog.text

@@ -84,10 +84,10 @@ class AppliedLog(SqlReadModel):
 
 
 def _projector(ledger: SessionLedger, batch_size: int) -> Projector:
-    engine = ledger._app.event_recorder.engine
+    engine = ledger.core.store.event_recorder.engine
     models = [model() for model in READ_MODELS] + [AppliedLog()]
     projector = Projector(
-        EventLog(engine, ledger._app.mapper), engine, models, batch_size=batch_size
+        EventLog(engine, ledger.core.store.mapper), engine, models, batch_size=batch_size
     )
     projector.prepare()
     return projector
@@ -121,7 +121,7 @@ def _write(ledger: SessionLedger, prefix: str, count: int, seed: int) -> list[tu
 
 def _straggle(ledger: SessionLedger, seed: int) -> None:
     """Make this ledger's appends commit late: the insert, then a pause, then the commit."""
-    appender = ledger._app.event_recorder._postgres
+    appender = ledger.core.store.event_recorder.postgres
     assert appender is not None
     insert = appender.insert
     rng = random.Random(seed)
@@ -236,7 +236,7 @@ def _hammer(
     projector.catch_up(settle=10)
 
     # Every event applied exactly once, in the log order; each session in version order.
-    engine = reader._app.event_recorder.engine
+    engine = reader.core.store.event_recorder.engine
     order = "tx_id, id" if backend == "postgres" else "id"
     with engine.connect() as connection:
         log = connection.execute(
@@ -306,7 +306,7 @@ def test_a_transaction_open_elsewhere_never_holds_the_read_models_back(
     ledger = make_ledger()
     with ReadModels(ledger) as models:
         added = [ledger.add_message(ALICE, "a", "user", f"while open {n}") for n in range(3)]
-        assert models._projector.catch_up() == 4  # no waiting: it cannot add an event
+        assert models.projector.catch_up() == 4  # no waiting: it cannot add an event
         models.wait_for_projections(added[-1].position, timeout=1)
 
 
@@ -322,7 +322,7 @@ def test_a_writer_left_open_delays_the_read_models_but_never_breaks_them(
         before = models.positions()
         added = [ledger.add_message(ALICE, "a", "user", f"during {n}") for n in range(3)]
         added.append(ledger.add_message(BOB, "b", "user", "also during"))
-        assert models._projector.catch_up() == 0  # nothing final yet: nothing applied
+        assert models.projector.catch_up() == 0  # nothing final yet: nothing applied
         with pytest.raises(ProjectionTimeout):
             models.wait_for_projections(added[0].position, timeout=0.3)
         models.start()

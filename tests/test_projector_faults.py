@@ -151,7 +151,7 @@ def store_totals(ledger: SessionLedger, position: int) -> dict[str, tuple[int, .
         "SUM(CASE WHEN tool_name IS NULL THEN 0 ELSE 1 END), SUM(prompt_tokens) "
         "FROM chatledger_events WHERE id <= :p"
     )
-    with ledger._app.event_recorder.engine.connect() as connection:
+    with ledger.core.store.event_recorder.engine.connect() as connection:
         sessions = [
             int(v or 0) for v in connection.execute(text(last_facts), {"p": position}).one()
         ]

@@ -69,7 +69,7 @@ def snapshot(models: ReadModels) -> dict[str, Any]:
 
 
 def event_count(ledger: SessionLedger) -> int:
-    with ledger._app.event_recorder.engine.connect() as connection:
+    with ledger.core.store.event_recorder.engine.connect() as connection:
         return int(connection.execute(text("SELECT COUNT(*) FROM chatledger_events")).scalar_one())
 
 
@@ -341,16 +341,16 @@ def test_postgres_appends_wake_the_listener(
 ) -> None:
     """On PostgreSQL an append notifies after it commits, and the listener wakes the follower."""
     reader, writer = make_ledger(), make_ledger()
-    projector = open_models(reader)._projector
-    listener = threading.Thread(target=projector._listen, daemon=True)
+    projector = open_models(reader).projector
+    listener = threading.Thread(target=projector.listen, daemon=True)
     listener.start()
     try:
-        assert projector._wake.wait(5), "the listener never started"
+        assert projector.wakeup.wait(5), "the listener never started"
         time.sleep(0.2)  # LISTEN is in effect once the first wake is set
-        projector._wake.clear()
-        assert not projector._wake.wait(0.6)  # nothing appended: nothing wakes it
+        projector.wakeup.clear()
+        assert not projector.wakeup.wait(0.6)  # nothing appended: nothing wakes it
         writer.add_message(ALICE, "s", "user", "notify me")
-        assert projector._wake.wait(3), "the append's NOTIFY did not wake the follower"
+        assert projector.wakeup.wait(3), "the append's NOTIFY did not wake the follower"
     finally:
         projector.stop()
         listener.join(5)
@@ -418,11 +418,10 @@ def test_sessions_with_a_commit_in_flight_are_skipped(
     ledger.commit(ALICE, "busy")
     clock.now += timedelta(hours=1)
     sid = session_id("acme", "busy")
-    ledger._inflight.add(sid)
-    try:
+    commits = ledger.core.commits
+    with pytest.MonkeyPatch.context() as patch:  # as if a commit of "busy" were running
+        patch.setattr(commits, "in_flight", lambda candidate: candidate == sid)
         assert models.evict_idle(ALICE, 60) == []
-    finally:
-        ledger._inflight.discard(sid)
     assert models.evict_idle(ALICE, 60) == ["busy"]
 
 
@@ -599,9 +598,9 @@ def test_rebuild_gives_exactly_the_rows_of_incremental_processing(
         ]
         assert live == [a.archive_id for a in view.archives]
     # The fast JSON path reads every archive-carrying event exactly as the full mapper does.
-    log = models._projector.log
+    log = models.projector.log
     fast = log.archive_events(LOG_START, log.head_cursor())
-    app = ledger._app
+    app = ledger.core.store
     notifications = app.recorder.select_notifications(1, 100_000)
     identities = {  # from each session's creation event itself, not from stored facts
         n.originator_id: (event.tenant, event.key)
@@ -659,10 +658,10 @@ def test_the_projector_never_skips_past_a_writer_still_committing(
     ledger.add_message(ALICE, "first", "user", "hi")
     models.catch_up()
     before = models.positions()
-    engine = ledger._app.event_recorder.engine
+    engine = ledger.core.store.event_recorder.engine
     held = Session.start(tenant="acme", key="held", actor=ALICE, timestamp=ledger_time())
     ((started, counters),) = held.collect_changes()
-    row = ledger._app.mapper.to_stored_event(started)
+    row = ledger.core.store.mapper.to_stored_event(started)
     row.__dict__["facts"] = stored_facts(started, "acme", "held", counters)
     raw = engine.raw_connection()
     cursor = raw.cursor()
@@ -689,7 +688,7 @@ def test_the_projector_never_skips_past_a_writer_still_committing(
     else:
         # PostgreSQL's append itself, held before its commit: numbered and chained
         # (a transaction of its own, as always), then inserted in one left open.
-        appender = ledger._app.event_recorder._postgres
+        appender = ledger.core.store.event_recorder.postgres
         assert appender is not None
         numbered = appender.number(cursor, [row])
         raw.commit()
@@ -711,7 +710,7 @@ def test_the_projector_never_skips_past_a_writer_still_committing(
             with pytest.raises(ProjectionTimeout):
                 models.wait_for_projections(later[0], timeout=0.3)
         # Nothing beyond the held append is applied while it may still commit.
-        assert models._projector.catch_up() == 0
+        assert models.projector.catch_up() == 0
         assert models.positions() == before
     finally:
         if backend == "sqlite":
@@ -769,7 +768,7 @@ def test_read_models_can_live_in_a_separate_database(
     ledger.add_message(ALICE, "s", "user", "hi")
     models.catch_up()
     assert [r.session_key for r in models.working_set(ALICE)] == ["s"]
-    with ledger._app.event_recorder.engine.connect() as connection:
+    with ledger.core.store.event_recorder.engine.connect() as connection:
         names = connection.dialect.get_table_names(connection)
     assert "chatledger_working_set" not in names
 
@@ -801,7 +800,7 @@ def test_tables_of_earlier_read_models_are_dropped_when_read_models_open(
 ) -> None:
     """An audit copy and a working-set buffer left by an earlier version go, with their rows."""
     open_models(ledger).close()
-    engine = ledger._app.event_recorder.engine
+    engine = ledger.core.store.event_recorder.engine
     with engine.begin() as connection:
         connection.execute(text("CREATE TABLE chatledger_audit (position BIGINT)"))
         connection.execute(text("CREATE TABLE chatledger_working_set_buffer (session_id TEXT)"))
@@ -828,7 +827,7 @@ def test_read_models_on_too_old_an_sqlite_say_what_they_need(
 ) -> None:
     """SQLite before 3.33 (no UPDATE ... FROM) is refused when read models open, clearly."""
     with SessionLedger(f"sqlite:///{tmp_path / 'old.db'}") as ledger:
-        dbapi = ledger._app.event_recorder.engine.dialect.loaded_dbapi
+        dbapi = ledger.core.store.event_recorder.engine.dialect.loaded_dbapi
         monkeypatch.setattr(dbapi, "sqlite_version_info", (3, 31, 1))
         with pytest.raises(StoreUnavailable, match=r"SQLite 3\.33\.0 or newer.*3\.31\.1"):
             ReadModels(ledger)

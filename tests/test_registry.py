@@ -90,7 +90,7 @@ def event_types(ledger: SessionLedger, session_id: str) -> list[str]:
 def gate_writes(ledger: SessionLedger, key: str) -> tuple[threading.Event, threading.Event]:
     """Block store writes of session ``key`` (only) until the returned release is set."""
     entered, release = threading.Event(), threading.Event()
-    original = ledger._app.record
+    original = ledger.core.store.record
 
     def record(session: Any) -> Any:
         if getattr(session, "key", None) == key:
@@ -98,7 +98,7 @@ def gate_writes(ledger: SessionLedger, key: str) -> tuple[threading.Event, threa
             assert release.wait(TIMEOUT)
         return original(session)
 
-    ledger._app.record = record  # type: ignore[method-assign]
+    ledger.core.store.record = record  # type: ignore[method-assign]
     return entered, release
 
 

@@ -19,7 +19,7 @@ def test_sqlite_runs_wal_at_the_configured_synchronous_level(
     options = {} if setting is None else {"sqlite_synchronous": setting}
     with SessionLedger(f"sqlite:///{tmp_path / 'x.db'}", **options) as ledger:
         ledger.add_message(ALICE, "s1", "user", "hi")
-        with ledger._app.event_recorder.engine.connect() as connection:
+        with ledger.core.store.event_recorder.engine.connect() as connection:
             assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
             assert connection.execute(text("PRAGMA synchronous")).scalar() == level
 

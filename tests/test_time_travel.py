@@ -83,7 +83,7 @@ def test_versions_beyond_the_head_are_rejected(ledger: SessionLedger) -> None:
 
 def _snapshot_versions(ledger: SessionLedger, key: str) -> list[int]:
     sid = ledger.session(ALICE, key).session_id
-    return [s.originator_version for s in ledger._app.snapshots.get(sid)]  # type: ignore[union-attr]
+    return [s.originator_version for s in ledger.core.store.snapshots.get(sid)]  # type: ignore[union-attr]
 
 
 def test_snapshots_bound_the_replay(make_ledger: Callable[..., SessionLedger]) -> None:

@@ -59,7 +59,7 @@ def test_bad_session_key_is_rejected_before_anything_is_recorded(
     """Empty, over-long, control-character or non-str keys raise InvalidInput; no session starts."""
     with pytest.raises(InvalidInput):
         ledger.add_message(ALICE, key, "user", "hi")
-    assert ledger._app.recorder.max_notification_id() is None
+    assert ledger.core.store.recorder.max_notification_id() is None
 
 
 def test_duplicate_message_id_in_buffer_is_rejected(ledger: SessionLedger) -> None:

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from chatledger import InvalidInput, InvalidSettings, Principal, SessionLedger
 from chatledger.cli import app as cli_app
 from chatledger.web import check_binding, create_app, is_loopback
-from chatledger.web.app import segment, session_url, unsegment
 from chatledger.web.charts import bar_chart, line_chart, nice_max, strip_chart
+from chatledger.web.guard import segment, session_url, unsegment
 from support import ADMIN, ALICE, FlakySummarizer
 from web_support import SECRET, populate, tamper
 

@@ -39,7 +39,7 @@ def populate(ledger: SessionLedger, summarizer: FlakySummarizer) -> None:
 
 def tamper(ledger: SessionLedger, key_version: int) -> None:
     """Change one stored byte of an event of acme/t-1, directly in the database."""
-    engine = ledger._app.event_recorder.engine
+    engine = ledger.core.store.event_recorder.engine
     with engine.begin() as connection:
         row: Any = connection.execute(
             text(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
-import json
 import logging
 import os
 import re
@@ -36,7 +35,8 @@ if TYPE_CHECKING:
 
     from chatledger.domain.values import Principal
     from chatledger.ledger import SessionLedger
-    from chatledger.results import LedgerEvent
+
+from chatledger.cli.output import print_json
 
 log = logging.getLogger("chatledger.cli")
 
@@ -261,41 +261,6 @@ def principal(
 
 
 # ------------------------------------------------------------------- output
-def jsonable(data: object) -> object:
-    """``data`` (pydantic results, lists of them, plain values) as JSON-ready values."""
-    from pydantic import BaseModel
-
-    if isinstance(data, BaseModel):
-        return data.model_dump(mode="json")
-    if isinstance(data, dict):
-        return {str(k): jsonable(v) for k, v in data.items()}
-    if isinstance(data, list | tuple):
-        return [jsonable(item) for item in data]
-    return data
-
-
-def print_json(data: object) -> None:
-    """Write ``data`` as one indented JSON document on stdout (plain text, no markup)."""
-    typer.echo(json.dumps(jsonable(data), indent=2, ensure_ascii=False))
-
-
-def print_json_line(data: object) -> None:
-    """Write ``data`` as one compact JSON line on stdout and flush (for streams)."""
-    typer.echo(json.dumps(jsonable(data), ensure_ascii=False))
-    sys.stdout.flush()
-
-
-def event_record(item: LedgerEvent) -> dict[str, object]:
-    """One ``log --json`` line: the history row, its summary and the whole event."""
-    from chatledger.projections.describe import describe_event
-
-    record = item.model_dump(mode="json", exclude={"event"})
-    record["summary"] = describe_event(item.event)
-    record["event"] = item.event.model_dump(mode="json")  # the concrete event: every field
-    return record
-
-
-# ------------------------------------------------------------- the decorator
 def shared_options(
     *, principal: bool = True
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from chatledger.cli.common import DEFAULT_URL, Invocation, event_record, print_json, shared_options
+from chatledger.cli.common import DEFAULT_URL, Invocation, shared_options
+from chatledger.cli.output import event_record, print_json
 
 if TYPE_CHECKING:
     from chatledger.demo import DemoResult

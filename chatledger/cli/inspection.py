@@ -13,14 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from chatledger.cli.common import (
-    Invocation,
-    KeyArgument,
-    ProjectionsUrlOption,
-    event_record,
-    print_json_line,
-    shared_options,
-)
+from chatledger.cli.common import Invocation, KeyArgument, ProjectionsUrlOption, shared_options
+from chatledger.cli.output import event_record, print_json_line
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from chatledger.cli.common import ExitCode, Invocation, fail, print_json, shared_options
+from chatledger.cli.common import ExitCode, Invocation, fail, shared_options
+from chatledger.cli.output import print_json
 
 if TYPE_CHECKING:
     from chatledger.ledger import SessionLedger

@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from chatledger.cli.common import (
-    Invocation,
-    ProjectionsUrlOption,
-    print_json,
-    print_json_line,
-    shared_options,
-)
+from chatledger.cli.common import Invocation, ProjectionsUrlOption, shared_options
+from chatledger.cli.output import print_json, print_json_line
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -168,6 +165,7 @@ def project(
         ReadModels(
             ledger, url=projections_url, batch_size=batch_size, poll_interval=poll
         ) as models,
+        _stopped_by_signals(models, enabled=follow),
     ):
         reset = list(models.reset_on_start)
         head = models.head()
@@ -196,14 +194,24 @@ def project(
 
 def _follow(models: ReadModels, steps: _Steps) -> None:
     """Follow the log in this thread until SIGINT or SIGTERM (the batch in progress ends)."""
+    steps.say("follow", "[dim]Following the ledger; Ctrl-C to stop.[/]")
+    models.run()  # returns at once if a signal came during the catch-up
+
+
+@contextmanager
+def _stopped_by_signals(models: ReadModels, *, enabled: bool) -> Iterator[None]:
+    """While in the block, SIGINT and SIGTERM stop the follower (from the start: a signal
+    during the first catch-up must not be lost, nor kill the process mid-batch)."""
+    if not enabled:
+        yield
+        return
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
         models.stop()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    steps.say("follow", "[dim]Following the ledger; Ctrl-C to stop.[/]")
     try:
-        models.run()
+        yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -21,10 +21,7 @@ server only, no inline script), so even markup that slipped through could not ru
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hmac
-import re
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
@@ -33,13 +30,11 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatledger.domain.values import Principal
 from chatledger.errors import (
@@ -51,54 +46,17 @@ from chatledger.errors import (
 )
 from chatledger.ledger import SessionLedger
 from chatledger.read_models import ReadModels
-from chatledger.web import pages
+from chatledger.web import pages, verdicts
+from chatledger.web.guard import (
+    LOOPBACK_NAMES,
+    Guard,
+    session_url,
+    unsegment,
+)
 
 HERE = Path(__file__).resolve().parent
-TOKEN_COOKIE = "chatledger_viewer"
-ACCOUNT_PARAMETERS = ("account", "account_id", "tenant")
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
-CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-)
-SECURITY_HEADERS = {
-    "content-security-policy": CONTENT_SECURITY_POLICY,
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
-    "x-frame-options": "DENY",
-    "cache-control": "no-store",
-}
 MAX_PAGE_SIZE = 500
 MAX_BUDGET = 10_000_000
-
-
-_PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def segment(value: str) -> str:
-    """A path segment naming ``value`` (an account or key, which may hold any printable text).
-
-    Plain names stay readable (``ticket-42``); others become ``~`` and their
-    UTF-8 in unpadded URL-safe base64, which no server or client rewrites
-    (percent-escapes of ``/`` are decoded before routing by some and not others).
-    """
-    if _PLAIN_SEGMENT.fullmatch(value):
-        return value
-    return "~" + base64.urlsafe_b64encode(value.encode()).decode().rstrip("=")
-
-
-def unsegment(text: str) -> str:
-    """The account or key a path segment names (the inverse of ``segment``)."""
-    if not text.startswith("~"):
-        return text
-    try:
-        return base64.urlsafe_b64decode(text[1:] + "=" * (-len(text[1:]) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidInput(f"{text!r} is not a valid session address.") from None
-
-
-def session_url(account: str, key: str, suffix: str = "") -> str:
-    return f"/sessions/{segment(account)}/{segment(key)}{suffix}"
 
 
 def _int(request: Request, name: str, default: int | None = None) -> int | None:
@@ -130,93 +88,6 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=environment)
 
 
-class _Guard:
-    """Host check, token check, tenant query check and security headers (see module doc)."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        principal: Principal,
-        token: str | None,
-        allowed_hosts: frozenset[str] | None,
-    ) -> None:
-        self.app = app
-        self.principal = principal
-        self.token = token
-        self.allowed_hosts = allowed_hosts
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in SECURITY_HEADERS.items():
-                    headers.setdefault(name, value)
-            await send(message)
-
-        refusal = self._refusal(Request(scope))
-        if refusal is not None:
-            await refusal(scope, receive, send_with_headers)
-            return
-        await self.app(scope, receive, send_with_headers)
-
-    def _refusal(self, request: Request) -> Response | None:
-        if self.allowed_hosts is not None:
-            host = _host_name(request.headers.get("host", ""))
-            if host not in self.allowed_hosts:
-                return PlainTextResponse("Unknown Host header for this viewer.", status_code=400)
-        if self.token is not None:
-            supplied = request.query_params.get("token")
-            if supplied is not None:
-                if not self._matches(supplied):
-                    return _unauthorized()
-                query = request.url.remove_query_params("token").query
-                response = RedirectResponse(
-                    request.url.path + (f"?{query}" if query else ""), status_code=303
-                )
-                response.set_cookie(
-                    TOKEN_COOKIE, self.token, httponly=True, samesite="strict", path="/"
-                )
-                return response
-            header = request.headers.get("authorization", "")
-            bearer = header[7:] if header.lower().startswith("bearer ") else None
-            if not (self._matches(request.cookies.get(TOKEN_COOKIE)) or self._matches(bearer)):
-                return _unauthorized()
-        if not self.principal.is_admin:
-            for name in ACCOUNT_PARAMETERS:
-                for value in request.query_params.getlist(name):
-                    if value != self.principal.account_id:
-                        return PlainTextResponse(
-                            f"Forbidden: this viewer shows account "
-                            f"{self.principal.account_id!r} only.",
-                            status_code=403,
-                        )
-        return None
-
-    def _matches(self, supplied: str | None) -> bool:
-        assert self.token is not None
-        return supplied is not None and hmac.compare_digest(supplied.encode(), self.token.encode())
-
-
-def _unauthorized() -> Response:
-    return PlainTextResponse(
-        "This viewer needs its token: open the address `chatledger serve` printed "
-        "(it ends in ?token=...), or send Authorization: Bearer <token>.",
-        status_code=401,
-    )
-
-
-def _host_name(host: str) -> str:
-    """The name part of a Host header (``[::1]:8000`` -> ``::1``)."""
-    if host.startswith("["):
-        return host[1 : host.find("]")] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
 class _Pages:
     """The route handlers (sync: Starlette runs them in its thread pool)."""
 
@@ -236,7 +107,7 @@ class _Pages:
         self.page_size = page_size
         self.list_size = list_size
         self.poll_ms = int(poll_interval * 1000)
-        self.cache = pages.VerdictCache()
+        self.cache = verdicts.VerdictCache()
         self.templates = _templates()
 
     # ------------------------------------------------------------- helpers
@@ -377,7 +248,7 @@ class _Pages:
 
     def verify(self, request: Request) -> Response:
         account, key = self._target(request)
-        verdict = pages.verify_session(self.ledger, self.principal, account, key, self.cache)
+        verdict = verdicts.verify_session(self.ledger, self.principal, account, key, self.cache)
         return self._page(
             request,
             "verify.html",
@@ -469,7 +340,7 @@ def create_app(
         exception_handlers={ChatLedgerError: handler},
     )
     app.add_middleware(
-        _Guard,
+        Guard,
         principal=principal,
         token=token,
         allowed_hosts=None if allowed_hosts is None else frozenset(allowed_hosts),

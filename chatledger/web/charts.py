@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from chatledger.results import TimelineEntry, ToolUsage
+
 WIDTH = 520
 HEIGHT = 170
 LEFT, RIGHT, TOP, BOTTOM = 48, 12, 14, 26  # plot margins
@@ -243,3 +245,68 @@ def bar_chart(
         legend=tuple(legend),
         plot=(left, TOP, WIDTH - RIGHT, height - BOTTOM),
     )
+
+
+def session_charts(
+    sample: Sequence[TimelineEntry], usage: Sequence[ToolUsage], around_url: str
+) -> tuple[Chart, ...]:
+    """The charts of a session: buffer by version, commits over time, tool tokens."""
+    versions = [float(e.version) for e in sample]
+    hrefs = [around_url.format(v=e.version) for e in sample]
+    titles = [
+        f"v{e.version} {e.event_type}: {e.pending_tokens:,} pending tokens, "
+        f"{e.turn_count} user turns in the buffer"
+        for e in sample
+    ]
+    buffer = line_chart(
+        "Pending tokens across versions",
+        "Tokens in the live buffer (not yet committed) after each version; "
+        "click a point to open the events around it.",
+        versions,
+        [
+            ("pending tokens", "s-tokens", [float(e.pending_tokens) for e in sample]),
+        ],
+        hrefs=hrefs,
+        titles=titles,
+    )
+    turns = line_chart(
+        "Buffer size across versions",
+        "User turns waiting in the live buffer (they leave it when a commit archives them).",
+        versions,
+        [("user turns", "s-turns", [float(e.turn_count) for e in sample])],
+        hrefs=hrefs,
+        titles=titles,
+    )
+    stamps = [e.timestamp.timestamp() for e in sample]
+    span = (max(stamps) - min(stamps)) if stamps else 0.0
+    commits = line_chart(
+        "Commits over time",
+        "Commits recorded so far (archives made from the buffer), by time.",
+        stamps,
+        [
+            ("commits", "s-commits", [float(e.commit_count) for e in sample]),
+            ("live archives", "s-archives", [float(e.archive_count) for e in sample]),
+        ],
+        hrefs=hrefs,
+        titles=[
+            f"v{e.version} at {e.timestamp:%Y-%m-%d %H:%M:%S}: {e.commit_count} commits"
+            for e in sample
+        ],
+        x_format=time_label(span),
+        step=True,
+    )
+    tools = bar_chart(
+        "Tool tokens per tool",
+        "Prompt and completion tokens reported by tool calls in this session.",
+        [
+            (
+                u.tool_name,
+                [
+                    (float(u.prompt_tokens), "s-prompt", "prompt tokens"),
+                    (float(u.completion_tokens), "s-completion", "completion tokens"),
+                ],
+            )
+            for u in sorted(usage, key=lambda u: -u.total_tokens)[:12]
+        ],
+    )
+    return (buffer, turns, commits, tools)

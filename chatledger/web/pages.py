@@ -14,11 +14,8 @@ costs the same for a session of 100 events or of 100,000.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from chatledger.domain.events import (
     ArchiveMerged,
@@ -32,7 +29,7 @@ from chatledger.domain.events import (
 )
 from chatledger.domain.session import SessionStatus
 from chatledger.domain.values import Message, Principal
-from chatledger.errors import InvalidInput, UnknownSession
+from chatledger.errors import InvalidInput
 from chatledger.ledger import SessionLedger
 from chatledger.projections.describe import describe_event
 from chatledger.read_models import (
@@ -42,8 +39,9 @@ from chatledger.read_models import (
     WorkingSetEntry,
     WorkingSetOrder,
 )
-from chatledger.results import ContextView, LedgerEvent, SessionDiff, SessionView, VerifyIssue
+from chatledger.results import ContextView, LedgerEvent, SessionDiff, SessionView
 from chatledger.web import charts as plots
+from chatledger.web.verdicts import Verdict, VerdictCache, verify_session
 
 SHOWN_MESSAGES = 200  # newest buffer / context messages shown on a version page
 SHOWN_DIFF_MESSAGES = 500
@@ -61,58 +59,6 @@ STATUSES: dict[str, SessionStatus | None] = {
     "closed": "closed",
     "all": None,
 }
-
-
-# ------------------------------------------------------------------ verify cache
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of the last ``verify`` of one session run by this viewer."""
-
-    ok: bool
-    checked_at: datetime
-    version: int  # the newest version checked
-    events: int
-    issue: VerifyIssue | None
-
-
-class VerdictCache:
-    """Recent verify outcomes by (account, key), for the badges; bounded, thread-safe."""
-
-    def __init__(self, size: int = 10_000) -> None:
-        self._size = size
-        self._items: OrderedDict[tuple[str, str], Verdict] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, account: str, key: str) -> Verdict | None:
-        with self._lock:
-            return self._items.get((account, key))
-
-    def put(self, account: str, key: str, verdict: Verdict) -> None:
-        with self._lock:
-            self._items[(account, key)] = verdict
-            self._items.move_to_end((account, key))
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-
-def verify_session(
-    ledger: SessionLedger, principal: Principal, account: str, key: str, cache: VerdictCache
-) -> Verdict:
-    """Recompute one session's hash chain now (and remember the outcome for its badge)."""
-    report = ledger.verify(principal, key, account_id=account)
-    if report.sessions_checked == 0:
-        raise UnknownSession(f"No session {key!r} in account {account!r}.")
-    issue = report.issues[0] if report.issues else None
-    version = report.heads[0].version if report.heads else (issue.version if issue else 0)
-    verdict = Verdict(
-        ok=report.ok,
-        checked_at=datetime.now(UTC),
-        version=version,
-        events=report.events_checked,
-        issue=issue,
-    )
-    cache.put(account, key, verdict)
-    return verdict
 
 
 # ------------------------------------------------------------------ sessions list
@@ -328,82 +274,13 @@ def timeline_page(
         newest=window[-1].version == head.version,
         older=window[0].version if window[0].version > 1 else None,
         newer=window[-1].version if window[-1].version < head.version else None,
-        charts=session_charts(sample, usage, around_url),
+        charts=plots.session_charts(sample, usage, around_url),
         strip=window_strip(rows, version_url),
         usage=usage,
         verdict=cache.get(account, key),
         page_size=page_size,
         sampled=len(sample) < head.version,
     )
-
-
-def _stamp(moment: datetime) -> float:
-    return moment.timestamp()
-
-
-def session_charts(
-    sample: Sequence[TimelineEntry], usage: Sequence[ToolUsage], around_url: str
-) -> tuple[plots.Chart, ...]:
-    """The charts of a session: buffer by version, commits over time, tool tokens."""
-    versions = [float(e.version) for e in sample]
-    hrefs = [around_url.format(v=e.version) for e in sample]
-    titles = [
-        f"v{e.version} {e.event_type}: {e.pending_tokens:,} pending tokens, "
-        f"{e.turn_count} user turns in the buffer"
-        for e in sample
-    ]
-    buffer = plots.line_chart(
-        "Pending tokens across versions",
-        "Tokens in the live buffer (not yet committed) after each version; "
-        "click a point to open the events around it.",
-        versions,
-        [
-            ("pending tokens", "s-tokens", [float(e.pending_tokens) for e in sample]),
-        ],
-        hrefs=hrefs,
-        titles=titles,
-    )
-    turns = plots.line_chart(
-        "Buffer size across versions",
-        "User turns waiting in the live buffer (they leave it when a commit archives them).",
-        versions,
-        [("user turns", "s-turns", [float(e.turn_count) for e in sample])],
-        hrefs=hrefs,
-        titles=titles,
-    )
-    stamps = [_stamp(e.timestamp) for e in sample]
-    span = (max(stamps) - min(stamps)) if stamps else 0.0
-    commits = plots.line_chart(
-        "Commits over time",
-        "Commits recorded so far (archives made from the buffer), by time.",
-        stamps,
-        [
-            ("commits", "s-commits", [float(e.commit_count) for e in sample]),
-            ("live archives", "s-archives", [float(e.archive_count) for e in sample]),
-        ],
-        hrefs=hrefs,
-        titles=[
-            f"v{e.version} at {e.timestamp:%Y-%m-%d %H:%M:%S}: {e.commit_count} commits"
-            for e in sample
-        ],
-        x_format=plots.time_label(span),
-        step=True,
-    )
-    tools = plots.bar_chart(
-        "Tool tokens per tool",
-        "Prompt and completion tokens reported by tool calls in this session.",
-        [
-            (
-                u.tool_name,
-                [
-                    (float(u.prompt_tokens), "s-prompt", "prompt tokens"),
-                    (float(u.completion_tokens), "s-completion", "completion tokens"),
-                ],
-            )
-            for u in sorted(usage, key=lambda u: -u.total_tokens)[:12]
-        ],
-    )
-    return (buffer, turns, commits, tools)
 
 
 def window_strip(rows: Sequence[EventRow], version_url: str) -> plots.Chart:
@@ -413,7 +290,7 @@ def window_strip(rows: Sequence[EventRow], version_url: str) -> plots.Chart:
         "One mark per event, coloured by its type; click one to travel to that version.",
         [
             (
-                _stamp(r.facts.timestamp),
+                r.facts.timestamp.timestamp(),
                 f"ev-{r.type}",
                 version_url.format(v=r.version),
                 f"v{r.version} {r.type} at {r.facts.timestamp:%H:%M:%S}",

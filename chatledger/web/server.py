@@ -26,7 +26,8 @@ from chatledger.domain.values import Principal
 from chatledger.errors import InvalidSettings, StoreUnavailable
 from chatledger.ledger import SessionLedger
 from chatledger.settings import load_settings
-from chatledger.web.app import LOOPBACK_NAMES, create_app
+from chatledger.web.app import create_app
+from chatledger.web.guard import LOOPBACK_NAMES
 
 MIN_TOKEN_LENGTH = 16
 

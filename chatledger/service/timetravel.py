@@ -8,49 +8,32 @@ was then. The origin is never touched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from datetime import datetime
 
+from chatledger.domain.access import Target
 from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import ArchiveMerged, CommitFailed, Committed, Forked, MessageAdded
 from chatledger.domain.limits import check_int
 from chatledger.domain.session import Session
 from chatledger.domain.values import Principal
-from chatledger.results import Counters, FailedCommit, MergeRecord, SessionDiff, SessionView
-
-if TYPE_CHECKING:
-    from chatledger.ledger import SessionLedger
-
-
-def _counters(session: Session) -> Counters:
-    return Counters(
-        version=session.version,
-        message_count=session.message_count,
-        commit_count=session.commit_count,
-        archive_count=len(session.archives),
-        buffer_size=len(session.buffer),
-        pending_tokens=session.pending_tokens,
-        turn_count=session.turn_count,
-    )
+from chatledger.results import FailedCommit, MergeRecord, SessionDiff, SessionView
+from chatledger.service.messages import KEY_REUSED
+from chatledger.service.sessions import AlreadyRecorded, SessionStore
+from chatledger.service.views import counters
 
 
-def diff(
-    ledger: SessionLedger,
-    principal: Principal,
-    key: str,
-    from_version: int,
-    to_version: int,
-    account_id: str | None,
-) -> SessionDiff:
+def diff(sessions: SessionStore, target: Target, from_version: int, to_version: int) -> SessionDiff:
+    """What changed in the session after ``from_version`` up to ``to_version``."""
     check_int(from_version, "from_version", minimum=1)
     check_int(to_version, "to_version", minimum=1)
     if from_version > to_version:
         raise InvalidInput("from_version must not be after to_version.")
-    _, key, sid = ledger._target(principal, key, account_id)
-    before = ledger._load_as_of(sid, key, from_version, None)
-    after = ledger._load_as_of(sid, key, to_version, None)
-    events = list(ledger._app.events.get(sid, gt=from_version, lte=to_version))
+    before = sessions.as_of(target, from_version)
+    after = sessions.as_of(target, to_version)
+    events = sessions.events(target.session_id, gt=from_version, lte=to_version)
     return SessionDiff(
-        key=key,
+        key=target.key,
         from_version=from_version,
         to_version=to_version,
         messages_added=tuple(e.message for e in events if isinstance(e, MessageAdded)),
@@ -75,42 +58,42 @@ def diff(
             if isinstance(e, CommitFailed)
         ),
         event_types=tuple(type(e).__name__ for e in events),
-        before=_counters(before),
-        after=_counters(after),
+        before=counters(before),
+        after=counters(after),
     )
 
 
 def fork(
-    ledger: SessionLedger,
+    sessions: SessionStore,
     principal: Principal,
-    key: str,
+    origin: Target,
     at_version: int,
-    new_key: str,
-    account_id: str | None,
-    idempotency_key: str | None = None,
+    new: Target,
+    *,
+    now: datetime,
+    idempotency_key: str | None,
+    view: Callable[[Session], SessionView],
 ) -> SessionView:
-    tenant, key, sid = ledger._target(principal, key, account_id)
-    _, new_key, new_sid = ledger._target(principal, new_key, tenant)
-    if new_sid == sid:
+    """Start ``new`` as a copy of ``origin`` at ``at_version`` (a ``Forked`` event)."""
+    if new.session_id == origin.session_id:
         raise InvalidInput("A fork needs a new key, different from the origin's.")
-    origin = ledger._load_as_of(sid, key, at_version, None)
-    now = ledger._now()
+    copied = sessions.as_of(origin, at_version)
 
     def refuse_existing(session: Session) -> None:
         if not session.pending_events:
             raise InvalidInput(
-                f"Session {new_key!r} already exists; fork into a key that is not in use."
+                f"Session {new.key!r} already exists; fork into a key that is not in use."
             )
 
     def create() -> Session:
-        return Session.fork(origin, key=new_key, actor=principal, timestamp=now)
-
-    from chatledger.ledger import _AlreadyRecorded  # the ledger imports this module
+        return Session.fork(copied, key=new.key, actor=principal, timestamp=now)
 
     try:
-        _, _, forked = ledger._write(
-            new_sid, refuse_existing, create=create, idempotency_key=idempotency_key
+        written = sessions.write(
+            new.session_id, refuse_existing, create=create, idempotency_key=idempotency_key
         )
-    except _AlreadyRecorded as done:
-        return ledger._view_recorded(new_sid, done.rows, Forked)
-    return ledger._view(forked)
+    except AlreadyRecorded as done:
+        if not isinstance(sessions.decode(done.rows[0].stored), Forked):
+            raise InvalidInput(KEY_REUSED) from None
+        return view(sessions.store.load(new.session_id, done.rows[0].version))
+    return view(written.session)

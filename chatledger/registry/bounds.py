@@ -1,0 +1,81 @@
+"""The registry's vocabulary: its bounds, its errors, session ids and a live session's state."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from chatledger.domain.errors import ChatLedgerError, InvalidInput, UnknownSession
+from chatledger.domain.values import ClientContext
+
+
+class LiveState(enum.Enum):
+    """Where a live session is in its life in the registry."""
+
+    LIVE = "live"  # registered
+    LEAVING = "leaving"  # being evicted, closed or forgotten: new turns and outside writes refused
+    GONE = "gone"  # let go
+
+
+class UnknownSessionError(UnknownSession):
+    """No live session under that id here: never issued, evicted, expired, closed or forgotten."""
+
+
+class SessionBusyError(ChatLedgerError):
+    """The session's turn queue is full (``max_queued``); the turn did not start."""
+
+
+class SessionLimitError(ChatLedgerError):
+    """The registry is at ``max_sessions`` and every session is busy; nothing was admitted."""
+
+
+class RegistryConfig(BaseModel):
+    """Bounds of a ``SessionRegistry``; ``None`` means unbounded. Zero and negatives are invalid."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_sessions: Annotated[int, Field(ge=1, strict=True)] | None = None
+    """Hard cap on registered sessions; admission evicts the least recently used idle one."""
+    ttl: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    """Seconds a session may stay idle after its last turn ended before it expires."""
+    max_queued: Annotated[int, Field(ge=1, strict=True)] | None = None
+    """Turns that may wait behind the running one, per session."""
+
+
+def normalise_id(session_id: object) -> str | None:
+    """The canonical hex form of a session id, or ``None`` if it is not a UUID."""
+    if isinstance(session_id, uuid.UUID):
+        return session_id.hex
+    if not isinstance(session_id, str):
+        return None
+    try:
+        return uuid.UUID(session_id).hex
+    except ValueError:
+        return None
+
+
+def unknown(session_id: object) -> UnknownSessionError:
+    return UnknownSessionError(
+        f"No live session {session_id!s} in this registry (never issued, evicted, expired, "
+        "closed or forgotten); call get_or_adopt(session_id) to bring back one the ledger holds."
+    )
+
+
+def client_context(
+    cwd: str, additional_directories: Sequence[str], meta: Mapping[str, Any] | None
+) -> ClientContext:
+    """The client context a registry records when it starts or adopts a session."""
+    if isinstance(additional_directories, str):
+        raise InvalidInput("additional_directories must be a list of paths, not one string.")
+    try:
+        return ClientContext(
+            cwd=cwd,
+            additional_directories=tuple(additional_directories),
+            meta=dict(meta) if meta is not None else {},
+        )
+    except (ValidationError, TypeError) as error:
+        raise InvalidInput(f"Invalid client context: {error}; nothing was recorded.") from None

@@ -1,0 +1,116 @@
+"""The composition root: ``build`` makes every collaborator of a ledger, once.
+
+It reads the settings, opens (and creates or upgrades, or only checks) the
+database, checks the chain key, and wires the event store, the session store
+and the commit runner into a ``Core``. ``SessionLedger`` calls it; every other
+entry point (read models, CLI, projector process, demo, viewer, registry) goes
+through a ``SessionLedger`` and so through here.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from chatledger.adapters.database import SQLAlchemyError, create_store_engine, sqlite_file
+from chatledger.adapters.eventstore import (
+    EventStoreApplication,
+    check_chain_key,
+    create_tables,
+    require_tables,
+)
+from chatledger.adapters.summarizer import ExtractiveSummarizer
+from chatledger.domain.errors import (
+    InvalidSettings,
+    LedgerNotFound,
+    StoreUnavailable,
+)
+from chatledger.domain.limits import Limits
+from chatledger.domain.ports import ArchiveStore, Clock, Summarizer
+from chatledger.service.commits import CommitPolicy, CommitRunner
+from chatledger.service.core import Core, checked_clock
+from chatledger.service.sessions import SessionStore
+from chatledger.settings import LedgerSettings, load_settings
+
+
+def utc_now() -> datetime:
+    """The default clock."""
+    return datetime.now(UTC)
+
+
+def build(
+    url: str | None = None,
+    *,
+    settings: LedgerSettings | None = None,
+    summarizer: Summarizer | None = None,
+    archive_store: ArchiveStore | None = None,
+    clock: Clock | None = None,
+    **options: Any,
+) -> Core:
+    """The core of a ledger at ``url`` (or ``settings.url``; see ``SessionLedger``)."""
+    settings = load_settings(settings, url=url, **options)
+    if summarizer is not None and not isinstance(summarizer, Summarizer):
+        raise InvalidSettings("summarizer must have summarize() and merge() methods.")
+    if archive_store is not None and not isinstance(archive_store, ArchiveStore):
+        raise InvalidSettings("archive_store must have put() and get() methods.")
+    limits = Limits(
+        max_content_chars=settings.max_content_chars,
+        max_meta_bytes=settings.max_meta_bytes,
+        max_event_bytes=settings.max_event_bytes,
+    )
+    store = open_store(settings)
+    sessions = SessionStore(
+        store, cache_size=settings.cache_size, busy_timeout=settings.busy_timeout
+    )
+    now = checked_clock(clock or utc_now)
+    policy = CommitPolicy(
+        limits=limits,
+        entity_retention=settings.entity_retention,
+        require_archive_store=settings.require_archive_store,
+        summarizer_timeout=settings.summarizer_timeout,
+        commit_workers=settings.commit_workers,
+        merge_threshold=settings.merge_threshold,
+        merge_max_count=settings.merge_max_count,
+    )
+    commits = CommitRunner(
+        sessions, summarizer or ExtractiveSummarizer(), archive_store, policy, now
+    )
+    return Core(settings, limits, now, store, sessions, commits)
+
+
+def open_store(settings: LedgerSettings) -> EventStoreApplication:
+    """The event store at ``settings.url``: created or upgraded with ``create_tables``,
+    else only checked (``LedgerNotFound`` for a missing ledger); the chain key checked."""
+    path = sqlite_file(settings.url)
+    if not settings.create_tables and path is not None and not Path(path).is_file():
+        raise LedgerNotFound(
+            f"No chatledger database at {path} (the file does not exist). Check the URL; "
+            "a new ledger is created only with table creation on (create_tables=True)."
+        )
+    engine = create_store_engine(
+        settings.url, synchronous=settings.sqlite_synchronous, busy_timeout=settings.busy_timeout
+    )
+    try:
+        if settings.create_tables:
+            create_tables(engine)
+        else:
+            require_tables(engine)
+        chain_key = settings.chain_key
+        key = chain_key.get_secret_value().encode() if chain_key else None
+        check_chain_key(engine, key, record=settings.create_tables)
+        return EventStoreApplication(
+            engine,
+            snapshot_interval=settings.snapshot_interval,
+            chain_key=key,
+            max_event_bytes=settings.max_event_bytes,
+        )
+    except (LedgerNotFound, InvalidSettings, StoreUnavailable):
+        engine.dispose()
+        raise
+    except SQLAlchemyError as error:
+        engine.dispose()
+        raise StoreUnavailable(
+            f"Cannot open the event store at {engine.url!r}: {error}. Check the URL "
+            "and that the database is running."
+        ) from error

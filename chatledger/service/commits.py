@@ -1,0 +1,389 @@
+"""``CommitRunner``: the commit protocol, archive merges and commit tasks.
+
+A commit (see docs/concepts.md) takes the buffer snapshot -- the exact
+messages to archive -- under the session's lock, summarises them outside the
+aggregate (in a thread of its own, at most ``summarizer_timeout`` seconds),
+stores the archive body if an archive store is configured, and records one
+``Committed`` covering exactly those messages. If a step fails it records a
+``CommitFailed`` (best effort) and changes nothing else: the buffer is a
+projection of the events, so there is nothing to roll back. A merge is the
+same shape with one ``ArchiveMerged``. Commits started with ``wait=False`` run
+on a small thread pool; their outcome is a ``CommitTask``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from chatledger.adapters.eventstore import KeyedRow
+from chatledger.domain.access import Target
+from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, StoreUnavailable
+from chatledger.domain.events import ArchiveMerged, Committed, new_id
+from chatledger.domain.limits import Limits, check_int, check_summary, error_text
+from chatledger.domain.ports import ArchiveBody, ArchiveStore, Summarizer, Summary
+from chatledger.domain.quality import entity_retention_ratio
+from chatledger.domain.session import Session
+from chatledger.domain.values import ArchiveSummary, Message, Principal, estimate_tokens
+from chatledger.results import CommitResult, CommitTask, MergeResult
+from chatledger.service.messages import KEY_REUSED
+from chatledger.service.sessions import AlreadyRecorded, SessionStore
+
+logger = logging.getLogger("chatledger.commits")
+KEPT_TASKS = 10_000
+"""Finished ``wait=False`` commits remembered for ``task()`` (oldest forgotten first)."""
+
+
+@dataclass(frozen=True)
+class CommitPolicy:
+    """The settings a commit runs by."""
+
+    limits: Limits
+    entity_retention: bool
+    require_archive_store: bool
+    summarizer_timeout: float
+    commit_workers: int
+    merge_threshold: int
+    merge_max_count: int
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """What phase 1 of a commit captured: the exact messages to archive."""
+
+    target: Target
+    messages: list[Message]
+    attempt_id: str
+    idempotency_key: str | None
+
+
+class CommitRunner:
+    """Runs commits and merges of one ledger; knows which sessions have one in flight."""
+
+    def __init__(
+        self,
+        sessions: SessionStore,
+        summarizer: Summarizer,
+        archive_store: ArchiveStore | None,
+        policy: CommitPolicy,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.sessions = sessions
+        self.summarizer = summarizer
+        self.archive_store = archive_store
+        self.policy = policy
+        self.now = now
+        self._inflight: set[UUID] = set()
+        self._guard = threading.Lock()
+        self._tasks: dict[str, CommitTask] = {}
+        self._finished: deque[str] = deque()
+        self._executor: ThreadPoolExecutor | None = None
+
+    # ------------------------------------------------------------- commits
+    def commit(
+        self,
+        principal: Principal,
+        target: Target,
+        message_ids: list[str] | None,
+        *,
+        wait: bool,
+        idempotency_key: str | None,
+    ) -> CommitResult:
+        """Archive the whole buffer (``message_ids=None``) or exactly those messages."""
+        sid = target.session_id
+        if idempotency_key is not None:  # recorded already: never summarise again
+            rows = self.sessions.keyed_rows(sid, idempotency_key)
+            if rows:
+                return self._commit_recorded(rows)
+        with self.sessions.lock(sid):
+            session = self.sessions.require(target)
+            if message_ids is not None:
+                missing = session.missing_ids(message_ids)
+                if missing:
+                    raise InvalidInput(
+                        f"Messages {sorted(missing)} are not in the live buffer of "
+                        f"{target.key!r}; pass ids of uncommitted messages. Nothing was recorded."
+                    )
+            with self._guard:
+                if sid in self._inflight:
+                    return CommitResult(
+                        status="skipped", archived=False, reason="commit_in_progress"
+                    )
+                if not session.buffer:
+                    return CommitResult(status="skipped", archived=False, reason="empty_buffer")
+                self._inflight.add(sid)
+            chosen = set(message_ids) if message_ids is not None else None
+            messages = [m for m in session.buffer.values() if chosen is None or m.id in chosen]
+        pending = _Pending(target, messages, new_id(), idempotency_key)
+        if wait:
+            return self._finish(principal, pending)
+        task_id = new_id()
+        self._tasks[task_id] = CommitTask(task_id=task_id, key=target.key, status="processing")
+        try:
+            self._executor_for_commits().submit(self._run_task, task_id, principal, pending)
+        except RuntimeError as error:  # the executor is shut down
+            with self._guard:
+                self._inflight.discard(sid)
+            del self._tasks[task_id]
+            raise StoreUnavailable("This ledger is closing; commit not started.") from error
+        return CommitResult(status="processing", task_id=task_id)
+
+    def in_flight(self, sid: UUID) -> bool:
+        """Whether a commit of that session is running in this ledger."""
+        with self._guard:
+            return sid in self._inflight
+
+    def task(self, task_id: str) -> CommitTask | None:
+        """A commit started with ``wait=False``; ``None`` for an unknown id."""
+        return self._tasks.get(task_id)
+
+    def close(self) -> None:
+        """Let running commits finish (each waits at most for its summarizer's timeout)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    def _executor_for_commits(self) -> ThreadPoolExecutor:
+        with self._guard:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self.policy.commit_workers, thread_name_prefix="chatledger-commit"
+                )
+            return self._executor
+
+    def _run_task(self, task_id: str, principal: Principal, pending: _Pending) -> None:
+        result = self._finish(principal, pending).model_copy(update={"task_id": task_id})
+        status = "completed" if result.status == "completed" else "failed"
+        with self._guard:
+            self._tasks[task_id] = CommitTask(
+                task_id=task_id, key=pending.target.key, status=status, result=result
+            )
+            self._finished.append(task_id)
+            if len(self._finished) > KEPT_TASKS:
+                self._tasks.pop(self._finished.popleft(), None)
+
+    def _finish(self, principal: Principal, pending: _Pending) -> CommitResult:
+        try:
+            try:
+                archive = self._summarise(pending)
+                self._record(principal, pending, archive)
+            except AlreadyRecorded as done:  # a racing retry with the same key landed first
+                return self._commit_recorded(done.rows)
+            except Exception as error:
+                text = error_text(error)
+                logger.warning("commit of session %r failed: %s", pending.target.key, text)
+                self._record_failure(principal, pending, text)
+                return CommitResult(
+                    status="failed",
+                    archived=False,
+                    reason="commit_failed",
+                    error=text,
+                    message_ids=tuple(m.id for m in pending.messages),
+                )
+            logger.info(
+                "committed %d messages of session %r into archive %s",
+                len(archive.message_ids), pending.target.key, archive.archive_id,
+            )  # fmt: skip
+            return CommitResult(
+                status="completed",
+                archived=True,
+                archive_id=archive.archive_id,
+                message_ids=archive.message_ids,
+            )
+        finally:
+            with self._guard:
+                self._inflight.discard(pending.target.session_id)
+
+    def _summarise(self, pending: _Pending) -> ArchiveSummary:
+        summary = check_summary(
+            self._summarizer_call(self.summarizer.summarize, tuple(pending.messages)),
+            self.policy.limits,
+            source="The summarizer",
+        )
+        metadata = dict(summary.metadata)
+        metadata["source_tokens"] = sum(m.tokens for m in pending.messages)
+        if self.policy.entity_retention:
+            metadata["entity_retention_ratio"] = entity_retention_ratio(
+                (m.content for m in pending.messages), summary.overview
+            )
+        archive = ArchiveSummary(
+            archive_id=new_id(),
+            overview=summary.overview,
+            abstract=summary.abstract,
+            message_ids=tuple(m.id for m in pending.messages),
+            tokens=estimate_tokens(summary.overview + summary.abstract),
+            created_at=self.now(),
+            metadata=metadata,
+        )
+        if self.archive_store is not None:
+            target = pending.target
+            self.archive_store.put(
+                ArchiveBody(
+                    archive_id=archive.archive_id,
+                    session_id=target.session_id.hex,
+                    tenant=target.tenant,
+                    key=target.key,
+                    messages=tuple(pending.messages),
+                    overview=archive.overview,
+                    abstract=archive.abstract,
+                )
+            )
+        elif self.policy.require_archive_store:
+            raise StoreUnavailable("archive store unavailable")
+        return archive
+
+    def _record(self, principal: Principal, pending: _Pending, archive: ArchiveSummary) -> None:
+        now = self.now()
+
+        def apply(session: Session) -> None:
+            # Re-applied after a version conflict: the covered set never changes;
+            # if another writer already archived some of it, this commit must fail.
+            if session.missing_ids(archive.message_ids):
+                raise ConcurrencyConflict(
+                    "Some of these messages were committed by another writer meanwhile."
+                )
+            session.commit(archive, actor=principal, timestamp=now)
+
+        self.sessions.write(
+            pending.target.session_id, apply, idempotency_key=pending.idempotency_key
+        )
+
+    def _record_failure(self, principal: Principal, pending: _Pending, text: str) -> None:
+        def apply(session: Session) -> None:
+            session.record_commit_failure(
+                attempt_id=pending.attempt_id,
+                error=text,
+                message_count=len(pending.messages),
+                actor=principal,
+                timestamp=self.now(),
+            )
+
+        # Best effort: the audit note of a failure may be lost (e.g. the store is
+        # down), but the failure itself is reported to the caller either way.
+        with contextlib.suppress(Exception):
+            self.sessions.write(pending.target.session_id, apply)
+
+    def _commit_recorded(self, rows: list[KeyedRow]) -> CommitResult:
+        """What a keyed commit returned the first time, from its recorded ``Committed``."""
+        event = self.sessions.decode(rows[0].stored)
+        if not isinstance(event, Committed):
+            raise InvalidInput(KEY_REUSED)
+        return CommitResult(
+            status="completed",
+            archived=True,
+            archive_id=event.archive.archive_id,
+            message_ids=event.archive.message_ids,
+        )
+
+    # -------------------------------------------------------------- merges
+    def merge(
+        self,
+        principal: Principal,
+        target: Target,
+        *,
+        threshold: int | None,
+        max_count: int | None,
+        idempotency_key: str | None,
+    ) -> MergeResult:
+        """Merge the oldest live archives into one when there are more than ``threshold``."""
+        sid = target.session_id
+        if idempotency_key is not None:
+            rows = self.sessions.keyed_rows(sid, idempotency_key)
+            if rows:
+                return self._merge_recorded(rows)
+        threshold = self.policy.merge_threshold if threshold is None else threshold
+        max_count = self.policy.merge_max_count if max_count is None else max_count
+        check_int(threshold, "threshold", minimum=1)
+        check_int(max_count, "max_count", minimum=2)
+        with self.sessions.lock(sid):
+            live = list(self.sessions.require(target).archives)
+        if len(live) < 2:
+            return MergeResult(merged=False, reason="too_few_archives")
+        if len(live) <= threshold:
+            return MergeResult(merged=False, reason="below_threshold")
+        sources = live[: max(2, min(max_count, len(live) - threshold + 1))]
+        source_ids = tuple(a.archive_id for a in sources)
+        try:
+            summary = check_summary(
+                self._summarizer_call(self.summarizer.merge, sources),
+                self.policy.limits,
+                source="The summarizer's merge",
+            )
+            now = self.now()
+            archive = ArchiveSummary(
+                archive_id=new_id(),
+                overview=summary.overview,
+                abstract=summary.abstract,
+                # The covered ids stay with the source archives (ArchiveMerged names
+                # them): repeating them here would make the state grow with history.
+                message_ids=(),
+                tokens=estimate_tokens(summary.overview + summary.abstract),
+                created_at=now,
+                metadata={
+                    **summary.metadata,
+                    "merged_from": list(source_ids),
+                    "message_count": sum(a.covered_count for a in sources),
+                },
+            )
+
+            def apply(session: Session) -> None:
+                if any(a not in {x.archive_id for x in session.archives} for a in source_ids):
+                    raise ConcurrencyConflict(
+                        "Another writer merged these archives meanwhile; call merge again."
+                    )
+                session.merge_archives(archive, source_ids, actor=principal, timestamp=now)
+
+            self.sessions.write(sid, apply, idempotency_key=idempotency_key)
+        except AlreadyRecorded as done:
+            return self._merge_recorded(done.rows)
+        except Exception as error:
+            logger.warning("merge of session %r failed: %s", target.key, error_text(error))
+            return MergeResult(merged=False, reason="failed", error=error_text(error))
+        return MergeResult(
+            merged=True, archive_id=archive.archive_id, source_archive_ids=source_ids
+        )
+
+    def _merge_recorded(self, rows: list[KeyedRow]) -> MergeResult:
+        event = self.sessions.decode(rows[0].stored)
+        if not isinstance(event, ArchiveMerged):
+            raise InvalidInput(KEY_REUSED)
+        return MergeResult(
+            merged=True,
+            archive_id=event.archive.archive_id,
+            source_archive_ids=tuple(event.source_archive_ids),
+        )
+
+    # ---------------------------------------------------------- summarizer
+    def _summarizer_call(self, method: Callable[[Any], Summary], argument: Any) -> Summary:
+        """``method(argument)`` in a thread of its own, waited for at most
+        ``summarizer_timeout`` seconds: a summarizer that hangs fails the commit
+        instead of hanging it (and ``close()``) forever. Python cannot stop a
+        thread, so a hung call is abandoned (a daemon thread), not killed."""
+        outcome: list[tuple[bool, Any]] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, method(argument)))
+            except BaseException as error:
+                outcome.append((False, error))
+
+        worker = threading.Thread(target=run, name="chatledger-summarizer", daemon=True)
+        worker.start()
+        worker.join(self.policy.summarizer_timeout)
+        if not outcome:
+            raise TimeoutError(
+                f"The summarizer did not answer within {self.policy.summarizer_timeout:g}s "
+                "(setting summarizer_timeout)."
+            )
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        result: Summary = value
+        return result

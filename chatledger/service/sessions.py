@@ -1,0 +1,279 @@
+"""``SessionStore``: the repository of sessions -- locks, a cache, loads and atomic writes.
+
+Every read and write of a session goes through here. A per-session lock
+orders this process's writes (and loads) of one session while other sessions
+proceed in parallel; recently used sessions stay loaded (an LRU cache: the
+library's own cache deep-copies on every read, so it is off); a write applies
+a change to the loaded session and records its events in one transaction,
+reloading and re-applying after a version conflict with another writer until
+``busy_timeout`` runs out. A write made with an idempotency key first looks
+for a write recorded with that key and, if there is one, raises
+``AlreadyRecorded`` with its rows instead of writing again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.persistence import IntegrityError, StoredEvent
+
+from chatledger.adapters.eventstore import EventStoreApplication, KeyedRow
+from chatledger.domain.access import Target
+from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, UnknownSession
+from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.limits import check_aware, check_int
+from chatledger.domain.session import Session
+from chatledger.domain.timestamps import to_micros
+
+R = TypeVar("R")
+logger = logging.getLogger("chatledger.sessions")
+_MIN_WRITE_ATTEMPTS = 5
+
+
+class AlreadyRecorded(Exception):
+    """The write was recorded before with the same idempotency key (its rows attached)."""
+
+    def __init__(self, rows: list[KeyedRow]) -> None:
+        super().__init__("already recorded")
+        self.rows = rows
+
+
+@dataclass(frozen=True)
+class Written(Generic[R]):
+    """What a write returned: the change's own result, the events' positions, the session."""
+
+    outcome: R
+    positions: list[int]
+    session: Session
+
+
+class _SessionLock:
+    """A per-session lock (a context manager); weakly held, so idle sessions cost nothing.
+
+    A plain class, not ``@contextmanager``: it is taken on every write (the hot path).
+    """
+
+    __slots__ = ("__weakref__", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+def unknown(key: str, tenant: str) -> str:
+    """The message for a session that does not exist."""
+    return f"No session {key!r} in account {tenant!r}; add a message to start it."
+
+
+class SessionStore:
+    """Sessions of one event store: locked, cached, loaded as of any version, written."""
+
+    def __init__(self, store: EventStoreApplication, *, cache_size: int, busy_timeout: float):
+        self.store = store
+        self.cache_size = cache_size
+        self.busy_timeout = busy_timeout
+        # Loaded sessions, least recently used first, each with its lock (the strong
+        # reference keeps the weakly held lock alive while cached). Keyed by UUID.int:
+        # hashing an int skips UUID.__hash__ (Python code) on the hot path.
+        self._cache: OrderedDict[int, tuple[Session, _SessionLock | None]] = OrderedDict()
+        self._cache_guard = threading.Lock()
+        self._locks: weakref.WeakValueDictionary[int, _SessionLock] = weakref.WeakValueDictionary()
+        self._locks_guard = threading.Lock()
+
+    # ------------------------------------------------------------- locking
+    def lock(self, sid: UUID) -> _SessionLock:
+        """The lock serialising this process's writes and loads of one session."""
+        with self._locks_guard:
+            holder = self._locks.get(sid.int)
+            if holder is None:
+                holder = _SessionLock()
+                self._locks[sid.int] = holder
+        return holder
+
+    # --------------------------------------------------------------- cache
+    def _cached(self, sid: UUID) -> Session | None:
+        with self._cache_guard:
+            entry = self._cache.get(sid.int)
+            if entry is None:
+                return None
+            self._cache.move_to_end(sid.int)
+            return entry[0]
+
+    def _remember(self, sid: UUID, session: Session) -> None:
+        if self.cache_size == 0:
+            return
+        with self._cache_guard:
+            entry = self._cache.get(sid.int)
+            if entry is not None and entry[0] is session:
+                return  # the cached object itself was changed
+            self._cache[sid.int] = (session, self._locks.get(sid.int))
+            self._cache.move_to_end(sid.int)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
+    def forget(self, sid: UUID) -> None:
+        """Drop the cached copy of one session (eviction is about memory)."""
+        with self._cache_guard:
+            self._cache.pop(sid.int, None)
+
+    def clear(self) -> None:
+        """Drop every cached session (after an import, say)."""
+        with self._cache_guard:
+            self._cache.clear()
+
+    # --------------------------------------------------------------- loads
+    def load(self, sid: UUID, *, fresh: bool = True) -> Session | None:
+        """The session (the caller holds its lock), from the cache or the store.
+
+        With ``fresh`` a cached session is fast-forwarded past events other
+        processes appended. Writes pass ``fresh=False``: a stale copy cannot be
+        recorded anyway (the append conflicts on its version, and the write is
+        re-applied to a reloaded session).
+        """
+        session = self._cached(sid)
+        if session is None:
+            try:
+                session = self.store.load(sid)
+            except AggregateNotFoundError:
+                return None
+            self._remember(sid, session)
+            return session
+        if fresh:
+            for event in self.store.events.get(sid, gt=session.version):
+                event.mutate(session)  # type: ignore[attr-defined]
+        return session
+
+    def require(self, target: Target) -> Session:
+        """The session ``target`` names (the caller holds its lock), or ``UnknownSession``."""
+        session = self.load(target.session_id)
+        if session is None:
+            raise UnknownSession(unknown(target.key, target.tenant))
+        return session
+
+    def current(self, target: Target) -> Session:
+        """A private copy of the session as it is now (for views)."""
+        with self.lock(target.session_id):
+            session = self.require(target)
+            return Session.from_state(session.id, session.version, session.to_state())
+
+    def as_of(
+        self, target: Target, at_version: int | None = None, at_time: datetime | None = None
+    ) -> Session:
+        """The session as it was at a version or a moment (now, if neither is given)."""
+        if at_version is not None and at_time is not None:
+            raise InvalidInput("Pass at_version or at_time, not both.")
+        sid, key = target.session_id, target.key
+        if at_time is not None:
+            check_aware(at_time, "at_time")
+            at_version = self.store.event_recorder.version_at(sid, to_micros(at_time))
+            if at_version is None:
+                raise UnknownSession(f"Session {key!r} did not exist yet at {at_time}.")
+        if at_version is None:
+            return self.current(target)
+        check_int(at_version, "at_version", minimum=1)
+        try:
+            session = self.store.load(sid, at_version)
+        except AggregateNotFoundError:
+            raise UnknownSession(unknown(key, target.tenant)) from None
+        if session.version < at_version:
+            raise InvalidInput(
+                f"Session {key!r} has only {session.version} versions; "
+                f"at_version {at_version} does not exist yet."
+            )
+        return session
+
+    def exists(self, sid: UUID) -> bool:
+        return bool(list(self.store.events.get(sid, limit=1)))
+
+    def events(
+        self, sid: UUID, *, gt: int | None = None, lte: int | None = None, limit: int | None = None
+    ) -> list[SessionEvent]:
+        """A session's recorded events in version order (decoded)."""
+        found: list[SessionEvent] = list(
+            self.store.events.get(sid, gt=gt, lte=lte, limit=limit)  # type: ignore[arg-type]
+        )
+        return found
+
+    def decode(self, stored: StoredEvent) -> Any:
+        """The domain event of a stored row."""
+        return self.store.mapper.to_domain_event(stored)
+
+    def keyed_rows(self, sid: UUID, idempotency_key: str, reach: int = 1) -> list[KeyedRow]:
+        """The rows of the write recorded with ``idempotency_key`` (empty if none)."""
+        return self.store.event_recorder.keyed_rows(sid, idempotency_key, reach)
+
+    # -------------------------------------------------------------- writes
+    def write(
+        self,
+        sid: UUID,
+        apply: Callable[[Session], R],
+        *,
+        create: Callable[[], Session] | None = None,
+        idempotency_key: str | None = None,
+        reach: int = 1,
+    ) -> Written[R]:
+        """Apply a change and record its events atomically, re-applying on conflicts.
+
+        A version conflict means another writer (another thread, ledger or
+        process) appended first: reload and re-apply, after a short random
+        back-off that grows with each conflict. With ``idempotency_key`` each
+        attempt first looks for a write recorded with that key (a retry after an
+        unknown outcome, or a racing duplicate whose insert collided on the key)
+        and raises ``AlreadyRecorded`` with its first ``reach`` rows.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        attempts = 0
+        with self.lock(sid):
+            while attempts < _MIN_WRITE_ATTEMPTS or time.monotonic() < deadline:
+                attempts += 1
+                if idempotency_key is not None:
+                    recorded = self.keyed_rows(sid, idempotency_key, reach)
+                    if recorded:
+                        raise AlreadyRecorded(recorded)
+                session = self.load(sid, fresh=False)
+                if session is None:
+                    if create is None:
+                        raise UnknownSession(
+                            "That session does not exist; add a message to start it."
+                        )
+                    session = create()
+                try:
+                    if idempotency_key is not None:
+                        session.key_write(idempotency_key)
+                    outcome = apply(session)
+                    positions = self.store.record(session)
+                except IntegrityError:
+                    self.forget(sid)  # another writer got there first: reload, re-apply
+                    if logger.isEnabledFor(logging.DEBUG):
+                        logger.debug("version conflict on session %s; retry %d", sid, attempts)
+                    time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempts)))
+                    continue
+                except BaseException:
+                    self.forget(sid)  # the object may hold unrecorded changes
+                    raise
+                self._remember(sid, session)
+                return Written(outcome, positions, session)
+        logger.warning(
+            "gave up writing session %s after %d version conflicts in %gs",
+            sid, attempts, self.busy_timeout,
+        )  # fmt: skip
+        raise ConcurrencyConflict(
+            f"Gave up after {attempts} version conflicts with other writers in "
+            f"{self.busy_timeout:g}s (setting busy_timeout); retry later."
+        )

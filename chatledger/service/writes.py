@@ -1,0 +1,184 @@
+"""Recording messages and lifecycle events: one write each, keyed writes replayed.
+
+``record_messages`` appends messages (starting the session on first use) in
+one transaction; ``record`` runs any other single-session write (close, evict,
+get-or-create). A write made with an idempotency key that was recorded before
+returns what it returned then, rebuilt from the stored rows, and records
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from chatledger.adapters.eventstore import KeyedRow
+from chatledger.domain.access import Target
+from chatledger.domain.errors import InvalidInput
+from chatledger.domain.events import Closed, Evicted, MessageAdded
+from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.session import Session
+from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal
+from chatledger.results import AddedMessage, SessionView
+from chatledger.service.messages import KEY_REUSED, same_message
+from chatledger.service.sessions import AlreadyRecorded, SessionStore
+
+
+def record_messages(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    messages: list[Message],
+    now: datetime,
+    context: ClientContext | None,
+    idempotency_key: str | None,
+) -> list[AddedMessage]:
+    """Append ``messages`` to the session (started with ``context`` if new), all or none."""
+
+    def apply(session: Session) -> list[int]:
+        versions = []
+        for message in messages:
+            session.add_message(message, actor=principal, timestamp=now)
+            versions.append(session.version)
+        return versions
+
+    def create() -> Session:
+        return Session.start(
+            tenant=target.tenant, key=target.key, actor=principal, timestamp=now, context=context
+        )
+
+    try:
+        written = sessions.write(
+            target.session_id,
+            apply,
+            create=create,
+            idempotency_key=idempotency_key,
+            reach=len(messages) + 2,  # a Started and a Reactivated may come first
+        )
+    except AlreadyRecorded as done:
+        return _messages_recorded(sessions, done.rows, messages)
+    pending = written.session.pending_tokens
+    offset = len(written.positions) - len(messages)
+    return [
+        AddedMessage(
+            message_id=message.id,
+            version=version,
+            pending_tokens=pending,
+            position=written.positions[offset + i],
+        )
+        for i, (message, version) in enumerate(zip(messages, written.outcome, strict=True))
+    ]
+
+
+def _messages_recorded(
+    sessions: SessionStore, rows: list[KeyedRow], asked: list[Message]
+) -> list[AddedMessage]:
+    """What a keyed add_message(s) returned the first time, from the write's stored rows."""
+    added: list[AddedMessage] = []
+    for row in rows:
+        event = sessions.decode(row.stored)
+        if isinstance(event, MessageAdded) and len(added) < len(asked):
+            if not same_message(event.message, asked[len(added)]):
+                raise InvalidInput(KEY_REUSED)
+            added.append(
+                AddedMessage(
+                    message_id=event.message.id,
+                    version=row.version,
+                    pending_tokens=row.pending_tokens,
+                    position=row.position,
+                )
+            )
+    if len(added) != len(asked):
+        raise InvalidInput(KEY_REUSED)
+    pending = added[-1].pending_tokens  # the session's, right after the write
+    return [a.model_copy(update={"pending_tokens": pending}) for a in added]
+
+
+def record(
+    sessions: SessionStore,
+    target: Target,
+    apply: Callable[[Session], None],
+    *,
+    kind: type[SessionEvent],
+    idempotency_key: str | None,
+    view: Callable[[Session], SessionView],
+) -> SessionView:
+    """One write of an existing session (its ``kind`` of event); the view after it."""
+    try:
+        written = sessions.write(target.session_id, apply, idempotency_key=idempotency_key)
+    except AlreadyRecorded as done:
+        if not isinstance(sessions.decode(done.rows[0].stored), kind):
+            raise InvalidInput(KEY_REUSED) from None
+        return view(sessions.store.load(target.session_id, done.rows[0].version))
+    return view(written.session)
+
+
+def get_or_create(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    context: ClientContext | None,
+    now: Callable[[], datetime],
+) -> tuple[Session, bool]:
+    """The session ``target`` names, started (with ``context``) if it does not exist; and
+    whether this call started it. Racing creators end with one session: the loser's
+    append conflicts on version 1, it reloads, and finds the winner's."""
+    with sessions.lock(target.session_id):
+        existing = sessions.load(target.session_id)
+        if existing is not None:
+            return existing, False
+    moment = now()
+
+    def created(session: Session) -> bool:
+        return session.version == 1 and bool(session.pending_events)
+
+    def create() -> Session:
+        return Session.start(
+            tenant=target.tenant, key=target.key, actor=principal, timestamp=moment,
+            context=context,
+        )  # fmt: skip
+
+    written = sessions.write(target.session_id, created, create=create)
+    return written.session, written.outcome
+
+
+def close(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    now: datetime,
+    idempotency_key: str | None,
+    view: Callable[[Session], SessionView],
+) -> SessionView:
+    """Record ``Closed``; the session leaves this process's cache too."""
+
+    def apply(session: Session) -> None:
+        session.close(actor=principal, timestamp=now)
+
+    closed = record(
+        sessions, target, apply, kind=Closed, idempotency_key=idempotency_key, view=view
+    )
+    sessions.forget(target.session_id)
+    return closed
+
+
+def evict(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    reason: EvictionReason,
+    idle_seconds: float | None,
+    now: datetime,
+    idempotency_key: str | None,
+    view: Callable[[Session], SessionView],
+) -> SessionView:
+    """Record ``Evicted``; eviction is about memory, so the cached copy goes too."""
+
+    def apply(session: Session) -> None:
+        session.evict(reason, idle_seconds=idle_seconds, actor=principal, timestamp=now)
+
+    evicted = record(
+        sessions, target, apply, kind=Evicted, idempotency_key=idempotency_key, view=view
+    )
+    sessions.forget(target.session_id)
+    return evicted

@@ -1,0 +1,36 @@
+"""What an event may change in a session: the aggregate's mutable fields, as a protocol.
+
+Events (``chatledger.domain.events``) apply themselves to a session; typing
+them against this protocol instead of the ``Session`` class keeps the two
+modules from importing each other (``Session`` imports the events it
+triggers). ``Session`` satisfies it structurally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from chatledger.domain.values import ArchiveSummary, ClientContext, Message, Principal
+
+
+class SessionFields(Protocol):
+    """The state a session's events change (see ``chatledger.domain.session.Session``)."""
+
+    tenant: str
+    key: str
+    context: ClientContext
+    started_by: Principal
+    buffer: dict[str, Message]  # live messages by id, oldest first
+    pending_tokens: int
+    turn_count: int
+    archives: list[ArchiveSummary]
+    message_count: int
+    commit_count: int
+    last_commit_at: datetime | None
+    updated_at: datetime
+    evicted: bool
+    closed: bool
+
+    def set_buffer(self, messages: Sequence[Message]) -> None: ...
