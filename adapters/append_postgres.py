@@ -58,7 +58,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -117,7 +117,7 @@ class PostgresAppender:
         self._idle: list[_Writer] = []
         self._pid = os.getpid()  # connections and the notifier belong to one process
         self._closed = False
-        self._notifier = _Notifier(self._connect)
+        self._notifier = _Notifier(engine)
         self._heads: OrderedDict[int, Head] = OrderedDict()  # by UUID.int
         name = table.name
         columns = [c for c in table.columns if c.name != "tx_id"]  # tx_id: the column default
@@ -342,7 +342,7 @@ class PostgresAppender:
                 # close: that would end the parent's sessions). Start afresh.
                 self._pid = os.getpid()
                 self._idle = []
-                self._notifier = _Notifier(self._connect)
+                self._notifier = _Notifier(self.engine)
             if not fresh and self._idle:
                 return self._idle.pop(), True
         return _Writer(self._connect()), False
@@ -395,10 +395,14 @@ class PostgresAppender:
 
 
 class _Notifier:
-    """Wakes the projectors (``NOTIFY``) after appends commit, from a thread of its own."""
+    """Wakes the projectors (``NOTIFY``) after appends commit, from a thread of its own.
 
-    def __init__(self, connect: Callable[[], Any]) -> None:
-        self._connect = connect
+    It borrows a connection of the engine's pool for each notification (none
+    is kept open for it: a process of many ledgers would hold too many).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
         self._wanted = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -416,7 +420,6 @@ class _Notifier:
                     self._thread.start()
 
     def _run(self) -> None:
-        fairy = None
         notify = ""
         while True:
             self._wanted.wait()
@@ -424,19 +427,16 @@ class _Notifier:
                 break
             self._wanted.clear()
             try:
-                if fairy is None:
-                    fairy = self._connect()
-                    notify = f"NOTIFY {append_channel(fairy.dbapi_connection)}"
-                fairy.dbapi_connection.execute(notify)
+                with self._engine.connect() as connection:
+                    if not notify:
+                        schema = connection.exec_driver_sql("SELECT current_schema()").scalar()
+                        notify = f"NOTIFY {channel_of(schema)}"
+                    connection.exec_driver_sql(notify)
+                    connection.commit()
             except Exception:
                 # A lost notification only delays a follower until its next poll.
-                if fairy is not None:
-                    fairy.invalidate()
-                fairy = None
                 time.sleep(0.1)
             time.sleep(_NOTIFY_GAP)
-        if fairy is not None:
-            fairy.close()
 
     def close(self) -> None:
         with self._lock:
@@ -448,13 +448,18 @@ class _Notifier:
 
 
 def append_channel(connection: Any) -> str:
-    """The channel (quoted) that appends to the ledger ``connection`` sees are notified on.
+    """The channel (quoted) that appends to the ledger a DB-API ``connection`` sees notify."""
+    (schema,) = connection.execute("SELECT current_schema()").fetchone()
+    return channel_of(schema)
+
+
+def channel_of(schema: str | None) -> str:
+    """The channel (quoted) of the ledger in ``schema``.
 
     Channels belong to a database, not to a schema: ledgers in other schemas
     of one database get channels of their own, so they do not wake each
     other's projectors.
     """
-    (schema,) = connection.execute("SELECT current_schema()").fetchone()
     name = APPEND_CHANNEL if schema in (None, "public") else f"{APPEND_CHANNEL}.{schema}"[:63]
     return '"' + name.replace('"', '""') + '"'
 

@@ -27,6 +27,7 @@ import pytest
 from sqlalchemy import text
 
 from chatledger import Principal, SessionLedger, UnknownSession
+from chatledger.adapters.eventstore import LogCursor
 from chatledger.adapters.read_models import READ_MODEL_NAMES, dump_rows
 from chatledger.read_models import ReadModels
 from support import ADMIN, ALICE, BOB
@@ -138,25 +139,28 @@ def kill_during_catch_up(url: str, cwd: Path, rng: random.Random, context: str) 
     return not finished
 
 
-def store_totals(ledger: SessionLedger, position: int) -> dict[str, tuple[int, ...]]:
-    """What each read model must add up to after applying the log up to ``position``."""
+def store_totals(ledger: SessionLedger, cursor: LogCursor) -> dict[str, tuple[int, ...]]:
+    """What each read model must add up to after applying the log up to ``cursor``.
+
+    Up to it in the log order, (tx_id, id): on PostgreSQL positions alone are not
+    the order the read models apply (on SQLite tx_id is 0, and they are).
+    """
     last_facts = (
         "SELECT COUNT(*), SUM(e.message_count), SUM(e.pending_tokens), SUM(e.commit_count) "
         "FROM chatledger_events e WHERE e.id = (SELECT MAX(l.id) FROM chatledger_events l "
-        "WHERE l.originator_id = e.originator_id AND l.id <= :p)"
+        "WHERE l.originator_id = e.originator_id AND (l.tx_id, l.id) <= (:t, :p))"
     )
     created = (
         "SELECT SUM(CASE WHEN event_type IN ('Committed', 'ArchiveMerged') THEN 1 "
         "WHEN event_type = 'Forked' THEN archive_count ELSE 0 END), "
         "SUM(CASE WHEN tool_name IS NULL THEN 0 ELSE 1 END), SUM(prompt_tokens) "
-        "FROM chatledger_events WHERE id <= :p"
+        "FROM chatledger_events WHERE (tx_id, id) <= (:t, :p)"
     )
+    bounds = {"t": cursor.tx, "p": cursor.position}
     with ledger.core.store.event_recorder.engine.connect() as connection:
-        sessions = [
-            int(v or 0) for v in connection.execute(text(last_facts), {"p": position}).one()
-        ]
+        sessions = [int(v or 0) for v in connection.execute(text(last_facts), bounds).one()]
         archives, calls, prompt = [
-            int(v or 0) for v in connection.execute(text(created), {"p": position}).one()
+            int(v or 0) for v in connection.execute(text(created), bounds).one()
         ]
     return {
         "working_set": tuple(sessions),
@@ -175,10 +179,10 @@ MODEL_TOTALS = {
 
 def assert_exactly_up_to_positions(ledger: SessionLedger, models: ReadModels, context: str) -> None:
     """Each read model adds up to the stored facts up to its position: nothing twice or missing."""
-    for name, position in models.positions().items():
+    for name, cursor in models.projector.cursors().items():
         with models.engine.connect() as connection:
             found = tuple(int(v or 0) for v in connection.execute(text(MODEL_TOTALS[name])).one())
-        assert found == store_totals(ledger, position)[name], f"{name} at {position} ({context})"
+        assert found == store_totals(ledger, cursor)[name], f"{name} at {cursor} ({context})"
 
 
 def snapshot(models: ReadModels) -> dict[str, object]:
