@@ -50,6 +50,7 @@ from sqlalchemy import (
 )
 
 from chatledger.adapters.eventstore import events_table
+from chatledger.domain.access import SCOPE_PREFIX
 from chatledger.domain.limits import MAX_INT, MAX_TOKENS
 from chatledger.domain.session import LIVE
 from chatledger.projections.archive_events import ArchiveEvent, ArchivesMerged, archive_changes
@@ -442,6 +443,7 @@ def query_working_set(
     ``include_evicted``); ``search`` keeps keys containing it (case-insensitive)."""
     t = working_set_table
     query = select(t)
+    query = query.where(~t.c.session_key.startswith(SCOPE_PREFIX, autoescape=True))
     if account_id is not None:
         query = query.where(t.c.account_id == account_id)
     if status is not None:
@@ -470,6 +472,7 @@ def query_idle(
     """Live sessions whose last activity is older than ``before_us``, by (account, key)."""
     t = working_set_table
     query = select(t).where(t.c.status == LIVE, t.c.last_activity_us < before_us)
+    query = query.where(~t.c.session_key.startswith(SCOPE_PREFIX, autoescape=True))
     if account_id is not None:
         query = query.where(t.c.account_id == account_id)
     rows = connection.execute(query.order_by(t.c.account_id, t.c.session_key)).mappings()

@@ -56,6 +56,16 @@ class AsyncSessionLedger:
     evict = _off_loop(SessionLedger.evict)
     fork = _off_loop(SessionLedger.fork)
     import_ = _off_loop(SessionLedger.import_)
+    # agent-framework items and state
+    add_items = _off_loop(SessionLedger.add_items)
+    remove_items = _off_loop(SessionLedger.remove_items)
+    pop_item = _off_loop(SessionLedger.pop_item)
+    clear_buffer = _off_loop(SessionLedger.clear_buffer)
+    replace_tail = _off_loop(SessionLedger.replace_tail)
+    update_state = _off_loop(SessionLedger.update_state)
+    items = _off_loop(SessionLedger.items)
+    state = _off_loop(SessionLedger.state)
+    shared_state = _off_loop(SessionLedger.shared_state)
     # reads and time travel
     session = _off_loop(SessionLedger.session)
     context = _off_loop(SessionLedger.context)

@@ -16,9 +16,9 @@ from uuid import UUID
 
 from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanSnapshotAggregate
 from eventsourcing.utils import get_topic, resolve_topic
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from chatledger.domain.errors import InvalidInput
+from chatledger.domain.errors import ConcurrencyConflict, InvalidInput
 from chatledger.domain.events import (
     ArchiveMerged,
     Closed,
@@ -26,9 +26,12 @@ from chatledger.domain.events import (
     Committed,
     Evicted,
     Forked,
+    ItemsRemoved,
     MessageAdded,
     Reactivated,
     Started,
+    StateChanged,
+    TailReplaced,
 )
 from chatledger.domain.eventsourced import DomainEvent
 from chatledger.domain.identity import session_id
@@ -78,6 +81,7 @@ class SessionState(BaseModel):
     updated_at: datetime
     evicted: bool
     closed: bool = False
+    state: dict[str, Any] = Field(default_factory=dict)
 
 
 class Session(BaseAggregate[UUID]):
@@ -99,6 +103,7 @@ class Session(BaseAggregate[UUID]):
         self.updated_at: datetime = self.created_on
         self.evicted = False
         self.closed = False  # evicted because its client closed it
+        self.state: dict[str, Any] = {}  # the key-value state (StateChanged)
         # The counters after each pending event, in step with _pending_events.
         self._pending_counters: list[SessionCounters] = []
         # An idempotency key for the next event triggered (see key_write).
@@ -153,6 +158,7 @@ class Session(BaseAggregate[UUID]):
             message_count=origin.message_count,
             commit_count=origin.commit_count,
             last_commit_at=origin.last_commit_at,
+            state=dict(origin.state),
             actor=actor,
             timestamp=timestamp,
         )
@@ -230,6 +236,78 @@ class Session(BaseAggregate[UUID]):
             ArchiveMerged,
             archive=archive,
             source_archive_ids=tuple(source_archive_ids),
+            actor=actor,
+            timestamp=timestamp,
+        )
+
+    def remove_items(
+        self,
+        message_ids: Sequence[str],
+        *,
+        reason: Literal["remove", "pop", "clear"],
+        actor: Principal,
+        timestamp: datetime,
+    ) -> None:
+        """Take live items out of the buffer without archiving them."""
+        missing = self.missing_ids(message_ids)
+        if missing:
+            raise InvalidInput(
+                f"Items {sorted(missing)} are not in the live buffer of session {self.key!r}; "
+                "pass ids of live items only."
+            )
+        if not message_ids:
+            raise InvalidInput("Name at least one item to remove.")
+        self.trigger_event(
+            ItemsRemoved,
+            message_ids=tuple(message_ids),
+            reason=reason,
+            actor=actor,
+            timestamp=timestamp,
+        )
+
+    def replace_tail(
+        self,
+        expected_ids: Sequence[str],
+        messages: Sequence[Message],
+        *,
+        actor: Principal,
+        timestamp: datetime,
+    ) -> None:
+        """Replace the newest live items, which must be exactly ``expected_ids`` (oldest
+        first), by ``messages``; ``ConcurrencyConflict`` if the tail moved on."""
+        tail = list(self.buffer)[-len(expected_ids) :] if expected_ids else []
+        if tail != list(expected_ids):
+            raise ConcurrencyConflict(
+                f"The newest items of session {self.key!r} are no longer the ones read "
+                "(another writer changed the buffer); read the tail again. Nothing was recorded."
+            )
+        kept = set(self.buffer) - set(expected_ids)
+        clash = [m.id for m in messages if m.id in kept]
+        if clash or len({m.id for m in messages}) != len(messages):
+            raise InvalidInput(f"Item ids {clash} are already live; use fresh ids.")
+        self.trigger_event(
+            TailReplaced,
+            removed_ids=tuple(expected_ids),
+            messages=tuple(messages),
+            actor=actor,
+            timestamp=timestamp,
+        )
+
+    def change_state(
+        self,
+        changes: dict[str, Any],
+        removed: Sequence[str] = (),
+        *,
+        actor: Principal,
+        timestamp: datetime,
+    ) -> None:
+        """Set state keys to new JSON values and remove others, in one event."""
+        if not changes and not removed:
+            return
+        self.trigger_event(
+            StateChanged,
+            changes=changes,
+            removed=tuple(removed),
             actor=actor,
             timestamp=timestamp,
         )
@@ -358,6 +436,7 @@ class Session(BaseAggregate[UUID]):
             updated_at=self.updated_at,
             evicted=self.evicted,
             closed=self.closed,
+            state=dict(self.state),
         )
 
     @classmethod
@@ -382,6 +461,7 @@ class Session(BaseAggregate[UUID]):
         session.updated_at = state.updated_at
         session.evicted = state.evicted
         session.closed = state.closed
+        session.state = dict(state.state)
         session.rebuilt_from = (version, session.state_items)
         return session
 

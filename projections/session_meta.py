@@ -13,9 +13,12 @@ from chatledger.domain.events import (
     Committed,
     Evicted,
     Forked,
+    ItemsRemoved,
     MessageAdded,
     Reactivated,
     Started,
+    StateChanged,
+    TailReplaced,
 )
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.values import ClientContext
@@ -79,4 +82,10 @@ def fold_session_meta(state: SessionMeta, event: SessionEvent) -> SessionMeta:
         changes.update(evicted=True, updated_at=event.timestamp)
     elif isinstance(event, Reactivated):
         changes.update(evicted=False, updated_at=event.timestamp)
+    elif isinstance(event, TailReplaced):
+        changes.update(
+            message_count=state.message_count + len(event.messages), updated_at=event.timestamp
+        )
+    elif isinstance(event, ItemsRemoved | StateChanged):
+        changes.update(updated_at=event.timestamp)
     return state.model_copy(update=changes)

@@ -102,10 +102,16 @@ def record(
     kind: type[SessionEvent],
     idempotency_key: str | None,
     view: Callable[[Session], SessionView],
+    expected_version: int | None = None,
 ) -> SessionView:
     """One write of an existing session (its ``kind`` of event); the view after it."""
     try:
-        written = sessions.write(target.session_id, apply, idempotency_key=idempotency_key)
+        written = sessions.write(
+            target.session_id,
+            apply,
+            idempotency_key=idempotency_key,
+            expected_version=expected_version,
+        )
     except AlreadyRecorded as done:
         if not isinstance(sessions.decode(done.rows[0].stored), kind):
             raise InvalidInput(KEY_REUSED) from None
@@ -149,6 +155,7 @@ def close(
     now: datetime,
     idempotency_key: str | None,
     view: Callable[[Session], SessionView],
+    expected_version: int | None = None,
 ) -> SessionView:
     """Record ``Closed``; the session leaves this process's cache too."""
 
@@ -156,8 +163,9 @@ def close(
         session.close(actor=principal, timestamp=now)
 
     closed = record(
-        sessions, target, apply, kind=Closed, idempotency_key=idempotency_key, view=view
-    )
+        sessions, target, apply, kind=Closed, idempotency_key=idempotency_key, view=view,
+        expected_version=expected_version,
+    )  # fmt: skip
     sessions.forget(target.session_id)
     return closed
 
@@ -171,6 +179,7 @@ def evict(
     now: datetime,
     idempotency_key: str | None,
     view: Callable[[Session], SessionView],
+    expected_version: int | None = None,
 ) -> SessionView:
     """Record ``Evicted``; eviction is about memory, so the cached copy goes too."""
 
@@ -178,7 +187,8 @@ def evict(
         session.evict(reason, idle_seconds=idle_seconds, actor=principal, timestamp=now)
 
     evicted = record(
-        sessions, target, apply, kind=Evicted, idempotency_key=idempotency_key, view=view
-    )
+        sessions, target, apply, kind=Evicted, idempotency_key=idempotency_key, view=view,
+        expected_version=expected_version,
+    )  # fmt: skip
     sessions.forget(target.session_id)
     return evicted
