@@ -164,7 +164,7 @@ events_table = Table(
     Column("summary", Text, nullable=False),
     Column("idempotency_key", Text, nullable=True),
     # The transaction that wrote the row (PostgreSQL; 0 on SQLite and for rows
-    # written before revision 0003): with the position it makes the log order
+    # written before revision 0004): with the position it makes the log order
     # (see LogCursor). Filled in by the database, never by the append; not
     # hashed and not a fact -- it says when a row joined the log, not what
     # happened. Last, where the migration's ADD COLUMN puts it too.
@@ -1095,6 +1095,29 @@ class EventStoreApplication(Application[UUID]):
         if self.snapshots is not None and session.should_snapshot(self.snapshot_interval):
             self._snapshot(session)
         return positions
+
+    def record_together(self, sessions: Sequence[Session]) -> list[list[int]]:
+        """Append the pending events of several sessions in ONE transaction (all or none);
+        return each session's positions. Used when a write must change several streams
+        atomically (a session and the shared state scopes it updates)."""
+        stored = []
+        counts = []
+        for session in sessions:
+            pending = session.collect_changes()
+            counts.append(len(pending))
+            for event, counters in pending:
+                row = self._encode(event)
+                row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
+                stored.append(row)
+        positions = self.event_recorder.insert_events(stored) if stored else []
+        result, start = [], 0
+        for session, count in zip(sessions, counts, strict=True):
+            result.append(positions[start : start + count])
+            start += count
+            snapshots = count and self.snapshots is not None
+            if snapshots and session.should_snapshot(self.snapshot_interval):
+                self._snapshot(session)
+        return result
 
     def _encode(self, event: SessionEvent) -> StoredEvent:
         """The stored form of ``event``, refused (``InvalidInput``) unless it can be kept.

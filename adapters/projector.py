@@ -353,7 +353,7 @@ def _add_cursor_transactions(connection: Connection) -> None:
     Read-model databases are not migrated (``adapters.migrations``), and this
     needs no rebuild: tracking rows get the transaction part of their cursor,
     0, since a stored position ``p`` then meant the place ``(0, p)`` in the
-    log (the events of that time have ``tx_id`` 0 too, see revision 0003).
+    log (the events of that time have ``tx_id`` 0 too, see revision 0004).
     The staging table is empty between batches: an old one is made again.
     """
     inspector = inspect(connection)

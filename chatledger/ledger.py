@@ -11,32 +11,28 @@ opened on first use.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chatledger.boundary import public, translated_errors
-from chatledger.domain.access import check_principal, target
+from chatledger.boundary import public
 from chatledger.domain.errors import InvalidInput, StoreUnavailable, UnknownSession
-from chatledger.domain.limits import Limits, check_int, check_seconds
+from chatledger.domain.limits import check_int, check_seconds
 from chatledger.domain.ports import ArchiveStore, Clock, Summarizer
-from chatledger.domain.session import Session
 from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal, ToolCall
+from chatledger.history_ledger import HistoryOperations
+from chatledger.item_ledger import ItemOperations
 from chatledger.read_models import ReadModels
 from chatledger.results import (
     AddedMessage,
-    ChainHead,
     CommitResult,
     CommitTask,
     ContextView,
-    ImportResult,
     LedgerEvent,
     MergeResult,
-    SessionDiff,
     SessionView,
-    VerifyReport,
 )
-from chatledger.service import integrity, timetravel, transfer, views, writes
+from chatledger.service import views, writes
 from chatledger.service.binding import delegate
 from chatledger.service.bootstrap import build
 from chatledger.service.core import Core
@@ -53,7 +49,7 @@ from chatledger.service.sessions import unknown
 from chatledger.settings import LedgerSettings
 
 
-class SessionLedger:
+class SessionLedger(ItemOperations, HistoryOperations):
     """An event-sourced ledger of agent sessions on SQLite (default) or PostgreSQL."""
 
     def __init__(
@@ -84,10 +80,6 @@ class SessionLedger:
         return self.core.settings
 
     @property
-    def limits(self) -> Limits:
-        return self.core.limits
-
-    @property
     def summarizer(self) -> Summarizer:
         """The summarizer commits and merges use (may be replaced, e.g. in tests)."""
         return self.core.commits.summarizer
@@ -115,10 +107,6 @@ class SessionLedger:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _target(self, principal: Principal, key: str, account_id: str | None) -> Any:
-        self.core.check_open()
-        return target(principal, key, account_id)
-
     # --------------------------------------------------------------- writes
     @public
     def add_message(
@@ -134,17 +122,26 @@ class SessionLedger:
         account_id: str | None = None,
         context: ClientContext | None = None,
         idempotency_key: str | None = None,
+        expected_version: int | None = None,
+        state: Mapping[str, Any] | None = None,
+        shared_state: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> AddedMessage:
         """Record one message (creating the session on first use).
 
         With ``idempotency_key``, a retry of the same call (e.g. after
         ``WriteOutcomeUnknown``) records nothing twice: it returns the result
-        of the write that landed.
+        of the write that landed. ``expected_version``, ``state`` and
+        ``shared_state`` work as in ``add_items``.
         """
         found = self._target(principal, key, account_id)
-        built_context, write_key = build_context(self.limits, context), checked_key(idempotency_key)
         now = self.core.now()
         message = build_message(self.limits, now, role, content, name, tool_call, message_id)
+        if expected_version is not None or state or shared_state:
+            return self._record(
+                principal, found, [message], now, context, state, shared_state,
+                expected_version, idempotency_key,
+            )[0]  # fmt: skip
+        built_context, write_key = build_context(self.limits, context), checked_key(idempotency_key)
         return writes.record_messages(
             self.core.sessions, principal, found, [message], now, built_context, write_key
         )[0]
@@ -159,13 +156,21 @@ class SessionLedger:
         account_id: str | None = None,
         context: ClientContext | None = None,
         idempotency_key: str | None = None,
+        expected_version: int | None = None,
+        state: Mapping[str, Any] | None = None,
+        shared_state: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[AddedMessage]:
         """Record several messages in one transaction: all of them, or none (a retry with
         the same ``idempotency_key`` returns the recorded write, see ``add_message``)."""
         found = self._target(principal, key, account_id)
-        built_context, write_key = build_context(self.limits, context), checked_key(idempotency_key)
         now = self.core.now()
         built = build_messages(self.limits, now, messages)
+        if expected_version is not None or state or shared_state:
+            return self._record(
+                principal, found, built, now, context, state, shared_state,
+                expected_version, idempotency_key,
+            )  # fmt: skip
+        built_context, write_key = build_context(self.limits, context), checked_key(idempotency_key)
         return writes.record_messages(
             self.core.sessions, principal, found, built, now, built_context, write_key
         )
@@ -179,13 +184,15 @@ class SessionLedger:
         wait: bool = True,
         account_id: str | None = None,
         idempotency_key: str | None = None,
+        expected_version: int | None = None,
     ) -> CommitResult:
         """Fold the whole live buffer into a new archive (a retry with the same
         ``idempotency_key`` returns the recorded commit instead of committing again)."""
         found = self._target(principal, key, account_id)
         return self.core.commits.commit(
-            principal, found, None, wait=wait, idempotency_key=checked_key(idempotency_key)
-        )
+            principal, found, None, wait=wait, idempotency_key=checked_key(idempotency_key),
+            expected_version=expected_version,
+        )  # fmt: skip
 
     @public
     def commit_snapshot(
@@ -197,13 +204,15 @@ class SessionLedger:
         wait: bool = True,
         account_id: str | None = None,
         idempotency_key: str | None = None,
+        expected_version: int | None = None,
     ) -> CommitResult:
         """Fold exactly ``message_ids`` into a new archive; the rest stays live."""
         ids = checked_ids(message_ids)
         found = self._target(principal, key, account_id)
         return self.core.commits.commit(
-            principal, found, ids, wait=wait, idempotency_key=checked_key(idempotency_key)
-        )
+            principal, found, ids, wait=wait, idempotency_key=checked_key(idempotency_key),
+            expected_version=expected_version,
+        )  # fmt: skip
 
     @public
     def merge_archives(
@@ -215,6 +224,7 @@ class SessionLedger:
         max_count: int | None = None,
         account_id: str | None = None,
         idempotency_key: str | None = None,
+        expected_version: int | None = None,
     ) -> MergeResult:
         """Merge the oldest live archives into one when there are more than ``threshold``."""
         found = self._target(principal, key, account_id)
@@ -224,6 +234,7 @@ class SessionLedger:
             threshold=threshold,
             max_count=max_count,
             idempotency_key=checked_key(idempotency_key),
+            expected_version=expected_version,
         )
 
     @public
@@ -256,12 +267,14 @@ class SessionLedger:
         *,
         account_id: str | None = None,
         idempotency_key: str | None = None,
+        expected_version: int | None = None,
     ) -> SessionView:
         """Record that the client closed the session (it leaves the working set)."""
         found, write_key = self._target(principal, key, account_id), checked_key(idempotency_key)
         return writes.close(
-            self.core.sessions, principal, found, self.core.now(), write_key, self._view
-        )
+            self.core.sessions, principal, found, self.core.now(), write_key, self._view,
+            expected_version,
+        )  # fmt: skip
 
     @public
     def evict(
@@ -273,6 +286,7 @@ class SessionLedger:
         idle_seconds: float | None = None,
         account_id: str | None = None,
         idempotency_key: str | None = None,
+        expected_version: int | None = None,
     ) -> SessionView:
         """Record that the session left the working set; its history stays."""
         if reason not in ("idle", "lru", "admin"):
@@ -281,8 +295,26 @@ class SessionLedger:
         found, write_key = self._target(principal, key, account_id), checked_key(idempotency_key)
         return writes.evict(
             self.core.sessions, principal, found, reason, seconds, self.core.now(), write_key,
-            self._view,
+            self._view, expected_version,
         )  # fmt: skip
+
+    @public
+    def delete_session(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        account_id: str | None = None,
+        idempotency_key: str | None = None,
+        expected_version: int | None = None,
+    ) -> None:
+        """Delete the session: it leaves the working set and its key starts afresh (the next
+        message starts a new session under it); its history stays, as of every earlier
+        version, unless erased."""
+        found, write_key = self._target(principal, key, account_id), checked_key(idempotency_key)
+        writes.delete(
+            self.core.sessions, principal, found, self.core.now(), write_key, expected_version
+        )
 
     # ---------------------------------------------------------------- reads
     @public
@@ -339,87 +371,6 @@ class SessionLedger:
         return [views.ledger_event(found.key, e) for e in events]
 
     @public
-    def diff(
-        self,
-        principal: Principal,
-        key: str,
-        from_version: int,
-        to_version: int,
-        *,
-        account_id: str | None = None,
-    ) -> SessionDiff:
-        """What changed between two versions: messages, commits, merges, counters."""
-        found = self._target(principal, key, account_id)
-        return timetravel.diff(self.core.sessions, found, from_version, to_version)
-
-    @public
-    def fork(
-        self,
-        principal: Principal,
-        key: str,
-        at_version: int,
-        new_key: str,
-        *,
-        account_id: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> SessionView:
-        """Start ``new_key`` as a copy of ``key`` at ``at_version``; the origin is untouched."""
-        origin = self._target(principal, key, account_id)
-        new = target(principal, new_key, origin.tenant)
-        return timetravel.fork(
-            self.core.sessions, principal, origin, at_version, new,
-            now=self.core.now(), idempotency_key=checked_key(idempotency_key), view=self._view,
-        )  # fmt: skip
-
-    @public
-    def verify(
-        self,
-        principal: Principal,
-        key: str | None = None,
-        *,
-        anchors: Iterable[ChainHead] = (),
-        account_id: str | None = None,
-    ) -> VerifyReport:
-        """Recompute the hash chains (one session, or every session the principal sees).
-
-        ``anchors`` are heads from an earlier report kept outside the database;
-        each must still be part of its chain, which catches cut-off endings.
-        """
-        check_principal(principal)
-        self.core.check_open()
-        return integrity.verify(self.core.store, principal, key, anchors, account_id)
-
-    def export(self, principal: Principal, key: str | None = None) -> Iterator[str]:
-        """Events as self-describing JSON lines (a header line first), with their hashes."""
-        check_principal(principal)
-        if key is not None:
-            self._target(principal, key, None)
-        lines = transfer.export(self.core.store, principal, key)
-        while True:
-            with translated_errors():
-                line = next(lines, None)
-            if line is None:
-                return
-            yield line
-
-    @public
-    def import_(
-        self,
-        lines: Iterable[str],
-        *,
-        progress: transfer.ImportProgress | None = None,
-    ) -> ImportResult:
-        """Import an export into this (empty) ledger; a broken file imports nothing.
-
-        ``progress`` is called with (phase, done, total) as the phases ``read``,
-        ``verify`` (every event replayed and checked) and ``write`` advance.
-        """
-        self.core.check_open()
-        result = transfer.import_(self.core.store, lines, progress)
-        self.core.sessions.clear()
-        return result
-
-    @public
     def task(self, task_id: str) -> CommitTask | None:
         """A commit started with ``wait=False``; ``None`` for an unknown id."""
         return self.core.commits.task(task_id)
@@ -441,6 +392,3 @@ class SessionLedger:
     usage = delegate("read_models", ReadModels.usage)
     evict_idle = delegate("read_models", ReadModels.evict_idle)
     wait_for_projections = delegate("read_models", ReadModels.wait_for_projections)
-
-    def _view(self, session: Session) -> SessionView:
-        return views.session_view(session, self.settings.compress_threshold)

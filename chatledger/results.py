@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import SessionStatus
@@ -51,6 +51,15 @@ class SessionView(Result):
     pending_tokens: int
     turn_count: int
     should_compress: bool
+    state: dict[str, Any] = Field(default_factory=dict)  # the session's key-value state
+
+
+class StateView(Result):
+    """The key-value state of a session (or a shared state scope) at one version."""
+
+    key: str
+    version: int  # 0: nothing recorded yet
+    state: dict[str, Any]
 
 
 class ContextView(Result):
@@ -145,6 +154,7 @@ class SessionDiff(Result):
     from_version: int
     to_version: int
     messages_added: tuple[Message, ...]
+    messages_removed: tuple[Message, ...] = ()  # left the buffer without being archived
     commits: tuple[ArchiveSummary, ...]
     merges: tuple[MergeRecord, ...]
     failed_commits: tuple[FailedCommit, ...]

@@ -23,9 +23,12 @@ from chatledger.domain.events import (
     Committed,
     Evicted,
     Forked,
+    ItemsRemoved,
     MessageAdded,
     Reactivated,
     Started,
+    StateChanged,
+    TailReplaced,
 )
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.identity import session_id, validate_key
@@ -58,6 +61,7 @@ __all__ = [
     "Forked",
     "InvalidInput",
     "InvalidSettings",
+    "ItemsRemoved",
     "LedgerNotFound",
     "Message",
     "MessageAdded",
@@ -68,9 +72,11 @@ __all__ = [
     "SessionEvent",
     "SessionState",
     "Started",
+    "StateChanged",
     "StoreUnavailable",
     "Summarizer",
     "Summary",
+    "TailReplaced",
     "ToolCall",
     "UnknownSession",
     "WriteOutcomeUnknown",

@@ -18,6 +18,9 @@ from chatledger.domain.errors import AccessDenied, InvalidInput
 from chatledger.domain.identity import session_id, validate_key
 from chatledger.domain.values import Principal
 
+SCOPE_PREFIX = "~state:"
+"""Keys of shared state scopes start with this; session keys may not."""
+
 
 class Target(NamedTuple):
     """One session as a request names it: its tenant, key and stream id."""
@@ -48,6 +51,24 @@ def target(principal: Principal, key: str, account_id: str | None = None) -> Tar
         validate_key(tenant, what="account id")
         validate_key(key)
         raise
+    _allow(principal, tenant)
+    if key.startswith(SCOPE_PREFIX):
+        raise InvalidInput(
+            f"Session keys starting with {SCOPE_PREFIX!r} are reserved for shared state "
+            "scopes; pick another key (shared_state= writes a scope)."
+        )
+    return Target(tenant, key, sid)
+
+
+def scope_target(principal: Principal, scope: str, account_id: str | None = None) -> Target:
+    """The stream of the shared state scope ``scope`` (e.g. ``app:shop``), under the same
+    tenant rule as a session."""
+    check_principal(principal)
+    if not isinstance(scope, str) or not scope or len(scope) > 200:
+        raise InvalidInput("A state scope is a name of 1 to 200 printable characters.")
+    tenant = principal.account_id if account_id is None else account_id
+    key = SCOPE_PREFIX + scope
+    sid = session_id(tenant, key)  # validates the account id and the scope's characters
     _allow(principal, tenant)
     return Target(tenant, key, sid)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from chatledger.domain.values import ArchiveSummary, ClientContext, Message, Principal
 
@@ -32,5 +32,7 @@ class SessionFields(Protocol):
     updated_at: datetime
     evicted: bool
     closed: bool
+    deleted: bool
+    state: dict[str, Any]  # the session's key-value state (JSON values)
 
     def set_buffer(self, messages: Sequence[Message]) -> None: ...

@@ -13,6 +13,8 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal
 
+from pydantic import Field
+
 from chatledger.domain.aggregate import SessionFields
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
 from chatledger.domain.rules import with_merge
@@ -58,6 +60,7 @@ class Forked(SessionCreationEvent):
     message_count: int
     commit_count: int
     last_commit_at: datetime | None
+    state: dict[str, Any] = Field(default_factory=dict)
 
     def apply(self, aggregate: Any) -> None:
         session: SessionFields = aggregate
@@ -67,6 +70,7 @@ class Forked(SessionCreationEvent):
         session.message_count = self.message_count
         session.commit_count = self.commit_count
         session.last_commit_at = self.last_commit_at
+        session.state = dict(self.state)
 
 
 class MessageAdded(SessionEvent):
@@ -175,6 +179,90 @@ class Reactivated(SessionEvent):
         session.updated_at = self.timestamp
 
 
+class ItemsRemoved(SessionEvent):
+    """Live items left the buffer without being archived: removed by id, popped off the end,
+    or the whole buffer cleared (``reason``). They stay in the history."""
+
+    message_ids: tuple[str, ...]
+    reason: Literal["remove", "pop", "clear"] = "remove"
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        _drop(session, self.message_ids)
+        session.updated_at = self.timestamp
+
+
+class TailReplaced(SessionEvent):
+    """The newest live items (``removed_ids``, the whole tail of the buffer) were replaced by
+    ``messages`` in one step -- what framework-side compaction records."""
+
+    removed_ids: tuple[str, ...]
+    messages: tuple[Message, ...]
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        _drop(session, self.removed_ids)
+        for message in self.messages:
+            session.buffer[message.id] = message
+            session.pending_tokens += message.tokens
+            if message.role == "user":
+                session.turn_count += 1
+        session.message_count += len(self.messages)
+        session.updated_at = self.timestamp
+
+
+class StateChanged(SessionEvent):
+    """Keys of the session's state were set to new values (JSON), or removed."""
+
+    changes: dict[str, Any]
+    removed: tuple[str, ...] = ()
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        session.state = {
+            **{k: v for k, v in session.state.items() if k not in self.removed},
+            **self.changes,
+        }
+        session.updated_at = self.timestamp
+
+
+class Deleted(SessionEvent):
+    """The session was deleted: its key starts afresh. Its live state (buffer, archives,
+    counters, state) is gone from the session; its history stays (unless erased)."""
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        session.set_buffer(())
+        session.archives = []
+        session.message_count = session.commit_count = 0
+        session.last_commit_at = None
+        session.state = {}
+        session.deleted = True
+        session.evicted = session.closed = False
+        session.updated_at = self.timestamp
+
+
+class Restarted(SessionEvent):
+    """A deleted session's key was used again: the session starts afresh, with this context."""
+
+    context: ClientContext = ClientContext()
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        session.deleted = False
+        session.context = self.context
+        session.updated_at = self.timestamp
+
+
+def _drop(session: SessionFields, message_ids: tuple[str, ...]) -> None:
+    for message_id in message_ids:
+        message = session.buffer.pop(message_id, None)
+        if message is not None:
+            session.pending_tokens -= message.tokens
+            if message.role == "user":
+                session.turn_count -= 1
+
+
 EVENT_TYPES: tuple[type[SessionEvent], ...] = (
     Started,
     MessageAdded,
@@ -185,6 +273,11 @@ EVENT_TYPES: tuple[type[SessionEvent], ...] = (
     Closed,
     Reactivated,
     Forked,
+    ItemsRemoved,
+    TailReplaced,
+    StateChanged,
+    Deleted,
+    Restarted,
 )
 EventName = Literal[
     "Started",
@@ -196,6 +289,11 @@ EventName = Literal[
     "Closed",
     "Reactivated",
     "Forked",
+    "ItemsRemoved",
+    "TailReplaced",
+    "StateChanged",
+    "Deleted",
+    "Restarted",
 ]
 
 

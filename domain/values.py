@@ -6,14 +6,15 @@ value and serialise to JSON exactly. Nothing here performs I/O or reads a clock.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-Role = Literal["system", "user", "assistant", "tool"]
-ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
 PrincipalRole = Literal["member", "admin"]
 EvictionReason = Literal["idle", "lru", "admin"]
 
@@ -90,7 +91,15 @@ class ToolCall(Value):
 
 
 class Message(Value):
-    """One message of a conversation, as recorded in a ``MessageAdded`` event."""
+    """One entry of a session's buffer, as recorded in a ``MessageAdded`` event.
+
+    A plain chat message has a ``role`` and text ``content``. An agent
+    framework's item (a message with content parts, a function call or its
+    output, a reasoning item, anything else) is kept verbatim in ``item``, a
+    JSON object, while ``role``, ``content`` and ``name`` hold what it says as
+    text (``chatledger.domain.items.describe_item``), which token estimates,
+    summaries and prompt contexts read.
+    """
 
     id: str = Field(min_length=1, max_length=128)
     role: Role
@@ -98,10 +107,21 @@ class Message(Value):
     created_at: datetime
     name: str | None = None
     tool_call: ToolCall | None = None
+    item: dict[str, Any] | None = None
 
     @property
     def tokens(self) -> int:
-        return estimate_tokens(self.content)
+        if self.content or self.item is None:
+            return estimate_tokens(self.content)
+        # An item with no text of its own (say, a tool call the summarizer does not
+        # know) still takes room in a prompt: count its JSON.
+        return estimate_tokens(json.dumps(self.item, separators=(",", ":")))
+
+    def as_item(self) -> dict[str, Any]:
+        """The JSON object an agent framework gave (or ``{"role", "content"}`` for text)."""
+        if self.item is not None:
+            return self.item
+        return {"role": self.role, "content": self.content}
 
 
 class ClientContext(Value):

@@ -8,11 +8,16 @@ from chatledger.domain.events import (
     Closed,
     CommitFailed,
     Committed,
+    Deleted,
     Evicted,
     Forked,
+    ItemsRemoved,
     MessageAdded,
     Reactivated,
+    Restarted,
     Started,
+    StateChanged,
+    TailReplaced,
 )
 from chatledger.domain.eventsourced import SessionEvent
 
@@ -55,4 +60,16 @@ def describe_event(event: SessionEvent) -> str:
         return "closed by the client"
     if isinstance(event, Reactivated):
         return f"back in the working set (was {event.previous_status})"
+    if isinstance(event, Deleted):
+        return "deleted: the key starts afresh (history kept)"
+    if isinstance(event, Restarted):
+        return "started afresh after a deletion"
+    if isinstance(event, ItemsRemoved):
+        return f"{event.reason}: {len(event.message_ids)} items left the buffer (not archived)"
+    if isinstance(event, TailReplaced):
+        return f"tail of {len(event.removed_ids)} items replaced by {len(event.messages)}" + (
+            f": {_clip(event.messages[0].content)}" if event.messages else ""
+        )
+    if isinstance(event, StateChanged):
+        return "state: " + _clip(", ".join([*event.changes, *(f"-{k}" for k in event.removed)]))
     return type(event).__name__

@@ -22,11 +22,16 @@ from chatledger.domain.events import (
     Closed,
     CommitFailed,
     Committed,
+    Deleted,
     Evicted,
     Forked,
+    ItemsRemoved,
     MessageAdded,
     Reactivated,
+    Restarted,
     Started,
+    StateChanged,
+    TailReplaced,
 )
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import SessionCounters
@@ -136,4 +141,19 @@ def _summary(event: SessionEvent) -> str:
         return "closed by the client"
     if isinstance(event, Reactivated):
         return f"reactivated by a new message (was {event.previous_status})"
+    if isinstance(event, Deleted):
+        return "deleted (the key starts afresh)"
+    if isinstance(event, Restarted):
+        return "started afresh after a deletion"
+    if isinstance(event, ItemsRemoved):
+        verb = {"remove": "removed", "pop": "popped", "clear": "cleared"}[event.reason]
+        return f"{verb} {_count(len(event.message_ids), 'item')} from the buffer"
+    if isinstance(event, TailReplaced):
+        return (
+            f"replaced the last {_count(len(event.removed_ids), 'item')} with "
+            f"{_count(len(event.messages), 'item')}"
+        )
+    if isinstance(event, StateChanged):
+        keys = ", ".join(sorted([*event.changes, *event.removed])[:5])
+        return f"state changed ({_count(len(event.changes) + len(event.removed), 'key')}: {keys})"
     return type(event).__name__

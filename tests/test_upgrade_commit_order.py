@@ -1,4 +1,4 @@
-"""Schema revision 0003 (the commit-ordered log) on ledgers written before it, with read models.
+"""Schema revision 0004 (the commit-ordered log) on ledgers written before it, with read models.
 
 The fixtures were made by chatledger at commit a4c8ef8 (0.1.0), before the
 events table had a ``tx_id`` column and while PostgreSQL appends took a

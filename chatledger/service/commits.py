@@ -35,7 +35,7 @@ from chatledger.domain.session import Session
 from chatledger.domain.values import ArchiveSummary, Message, Principal, estimate_tokens
 from chatledger.results import CommitResult, CommitTask, MergeResult
 from chatledger.service.messages import KEY_REUSED
-from chatledger.service.sessions import AlreadyRecorded, SessionStore
+from chatledger.service.sessions import AlreadyRecorded, SessionStore, check_expected
 
 logger = logging.getLogger("chatledger.commits")
 KEPT_TASKS = 10_000
@@ -96,6 +96,7 @@ class CommitRunner:
         *,
         wait: bool,
         idempotency_key: str | None,
+        expected_version: int | None = None,
     ) -> CommitResult:
         """Archive the whole buffer (``message_ids=None``) or exactly those messages."""
         sid = target.session_id
@@ -105,6 +106,8 @@ class CommitRunner:
                 return self._commit_recorded(rows)
         with self.sessions.lock(sid):
             session = self.sessions.require(target)
+            if expected_version is not None:
+                check_expected(session, expected_version)
             if message_ids is not None:
                 missing = session.missing_ids(message_ids)
                 if missing:
@@ -291,6 +294,7 @@ class CommitRunner:
         threshold: int | None,
         max_count: int | None,
         idempotency_key: str | None,
+        expected_version: int | None = None,
     ) -> MergeResult:
         """Merge the oldest live archives into one when there are more than ``threshold``."""
         sid = target.session_id
@@ -303,7 +307,10 @@ class CommitRunner:
         check_int(threshold, "threshold", minimum=1)
         check_int(max_count, "max_count", minimum=2)
         with self.sessions.lock(sid):
-            live = list(self.sessions.require(target).archives)
+            current = self.sessions.require(target)
+            if expected_version is not None:
+                check_expected(current, expected_version)
+            live = list(current.archives)
         if len(live) < 2:
             return MergeResult(merged=False, reason="too_few_archives")
         if len(live) <= threshold:
@@ -340,7 +347,9 @@ class CommitRunner:
                     )
                 session.merge_archives(archive, source_ids, actor=principal, timestamp=now)
 
-            self.sessions.write(sid, apply, idempotency_key=idempotency_key)
+            self.sessions.write(
+                sid, apply, idempotency_key=idempotency_key, expected_version=expected_version
+            )
         except AlreadyRecorded as done:
             return self._merge_recorded(done.rows)
         except Exception as error:

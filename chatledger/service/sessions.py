@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -164,6 +164,7 @@ class SessionStore:
         session = self.load(target.session_id)
         if session is None:
             raise UnknownSession(unknown(target.key, target.tenant))
+        session.require_present()  # a deleted session is no session
         return session
 
     def current(self, target: Target) -> Session:
@@ -196,6 +197,11 @@ class SessionStore:
                 f"Session {key!r} has only {session.version} versions; "
                 f"at_version {at_version} does not exist yet."
             )
+        if session.deleted:
+            raise UnknownSession(
+                f"Session {key!r} was deleted at version {at_version} (an earlier version "
+                "shows it as it was)."
+            )
         return session
 
     def exists(self, sid: UUID) -> bool:
@@ -227,6 +233,7 @@ class SessionStore:
         create: Callable[[], Session] | None = None,
         idempotency_key: str | None = None,
         reach: int = 1,
+        expected_version: int | None = None,
     ) -> Written[R]:
         """Apply a change and record its events atomically, re-applying on conflicts.
 
@@ -235,7 +242,9 @@ class SessionStore:
         back-off that grows with each conflict. With ``idempotency_key`` each
         attempt first looks for a write recorded with that key (a retry after an
         unknown outcome, or a racing duplicate whose insert collided on the key)
-        and raises ``AlreadyRecorded`` with its first ``reach`` rows.
+        and raises ``AlreadyRecorded`` with its first ``reach`` rows. With
+        ``expected_version`` the session must be at exactly that version (read
+        fresh), else ``ConcurrencyConflict`` and nothing is recorded.
         """
         deadline = time.monotonic() + self.busy_timeout
         attempts = 0
@@ -246,7 +255,9 @@ class SessionStore:
                     recorded = self.keyed_rows(sid, idempotency_key, reach)
                     if recorded:
                         raise AlreadyRecorded(recorded)
-                session = self.load(sid, fresh=False)
+                session = self.load(sid, fresh=expected_version is not None)
+                if expected_version is not None:
+                    check_expected(session, expected_version)
                 if session is None:
                     if create is None:
                         raise UnknownSession(
@@ -269,11 +280,96 @@ class SessionStore:
                     raise
                 self._remember(sid, session)
                 return Written(outcome, positions, session)
+        raise self._gave_up(attempts)
+
+    def write_together(self, parts: Sequence[Part]) -> list[Written[Any]]:
+        """Write several sessions in one transaction: every part's events, or none.
+
+        The first part is the session the caller writes; the others are streams
+        that must change with it (shared state scopes). Locks are taken in a
+        fixed order (by id), so two such writes never deadlock; a conflict on
+        any stream reloads all and re-applies all.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        attempts = 0
+        locks = [self.lock(sid) for sid in sorted({part.sid for part in parts}, key=str)]
+        for held in locks:
+            held.__enter__()
+        try:
+            while attempts < _MIN_WRITE_ATTEMPTS or time.monotonic() < deadline:
+                attempts += 1
+                sessions: list[Session] = []
+                for part in parts:
+                    if part.idempotency_key is not None:
+                        recorded = self.keyed_rows(part.sid, part.idempotency_key, part.reach)
+                        if recorded:
+                            raise AlreadyRecorded(recorded)
+                    session = self.load(part.sid, fresh=part.expected_version is not None)
+                    if part.expected_version is not None:
+                        check_expected(session, part.expected_version)
+                    if session is None:
+                        if part.create is None:
+                            raise UnknownSession(
+                                "That session does not exist; add a message to start it."
+                            )
+                        session = part.create()
+                    sessions.append(session)
+                try:
+                    outcomes = []
+                    for part, session in zip(parts, sessions, strict=True):
+                        if part.idempotency_key is not None:
+                            session.key_write(part.idempotency_key)
+                        outcomes.append(part.apply(session))
+                    positions = self.store.record_together(sessions)
+                except IntegrityError:
+                    for part in parts:
+                        self.forget(part.sid)
+                    time.sleep(random.uniform(0, min(0.05, 0.0005 * 2**attempts)))
+                    continue
+                except BaseException:
+                    for part in parts:
+                        self.forget(part.sid)
+                    raise
+                for part, session in zip(parts, sessions, strict=True):
+                    self._remember(part.sid, session)
+                return [
+                    Written(outcome, pos, session)
+                    for outcome, pos, session in zip(outcomes, positions, sessions, strict=True)
+                ]
+        finally:
+            for held in reversed(locks):
+                held.__exit__(None, None, None)
+        raise self._gave_up(attempts)
+
+    def _gave_up(self, attempts: int) -> ConcurrencyConflict:
         logger.warning(
-            "gave up writing session %s after %d version conflicts in %gs",
-            sid, attempts, self.busy_timeout,
-        )  # fmt: skip
-        raise ConcurrencyConflict(
+            "gave up a write after %d version conflicts in %gs", attempts, self.busy_timeout
+        )
+        return ConcurrencyConflict(
             f"Gave up after {attempts} version conflicts with other writers in "
             f"{self.busy_timeout:g}s (setting busy_timeout); retry later."
+        )
+
+
+@dataclass(frozen=True)
+class Part:
+    """One stream of a ``write_together``: what ``write`` takes for one session."""
+
+    sid: UUID
+    apply: Callable[[Session], Any]
+    create: Callable[[], Session] | None = None
+    idempotency_key: str | None = None
+    reach: int = 1
+    expected_version: int | None = None
+
+
+def check_expected(session: Session | None, expected_version: int) -> None:
+    """``ConcurrencyConflict`` unless the session is at ``expected_version`` (0: not yet
+    started)."""
+    check_int(expected_version, "expected_version")
+    found = 0 if session is None else session.version
+    if found != expected_version:
+        raise ConcurrencyConflict(
+            f"The session is at version {found}, not the expected {expected_version} "
+            "(another writer changed it); read it again. Nothing was recorded."
         )

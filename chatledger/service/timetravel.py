@@ -13,7 +13,15 @@ from datetime import datetime
 
 from chatledger.domain.access import Target
 from chatledger.domain.errors import InvalidInput
-from chatledger.domain.events import ArchiveMerged, CommitFailed, Committed, Forked, MessageAdded
+from chatledger.domain.events import (
+    ArchiveMerged,
+    CommitFailed,
+    Committed,
+    Forked,
+    ItemsRemoved,
+    MessageAdded,
+    TailReplaced,
+)
 from chatledger.domain.limits import check_int
 from chatledger.domain.session import Session
 from chatledger.domain.values import Principal
@@ -32,11 +40,26 @@ def diff(sessions: SessionStore, target: Target, from_version: int, to_version: 
     before = sessions.as_of(target, from_version)
     after = sessions.as_of(target, to_version)
     events = sessions.events(target.session_id, gt=from_version, lte=to_version)
+    added = [
+        m
+        for e in events
+        for m in ((e.message,) if isinstance(e, MessageAdded) else getattr(e, "messages", ()))
+        if isinstance(e, MessageAdded | TailReplaced)
+    ]
+    known = {m.id: m for m in (*before.buffer.values(), *added)}
+    removed = [
+        known[i]
+        for e in events
+        if isinstance(e, ItemsRemoved | TailReplaced)
+        for i in (e.message_ids if isinstance(e, ItemsRemoved) else e.removed_ids)
+        if i in known
+    ]
     return SessionDiff(
         key=target.key,
         from_version=from_version,
         to_version=to_version,
-        messages_added=tuple(e.message for e in events if isinstance(e, MessageAdded)),
+        messages_added=tuple(added),
+        messages_removed=tuple(removed),
         commits=tuple(e.archive for e in events if isinstance(e, Committed)),
         merges=tuple(
             MergeRecord(

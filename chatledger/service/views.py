@@ -33,6 +33,7 @@ def session_view(session: Session, compress_threshold: int) -> SessionView:
         pending_tokens=session.pending_tokens,
         turn_count=session.turn_count,
         should_compress=session.should_compress(compress_threshold),
+        state=dict(session.state),
     )
 
 

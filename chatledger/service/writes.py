@@ -36,6 +36,7 @@ def record_messages(
     """Append ``messages`` to the session (started with ``context`` if new), all or none."""
 
     def apply(session: Session) -> list[int]:
+        session.restart_if_deleted(context, actor=principal, timestamp=now)
         versions = []
         for message in messages:
             session.add_message(message, actor=principal, timestamp=now)
@@ -102,10 +103,16 @@ def record(
     kind: type[SessionEvent],
     idempotency_key: str | None,
     view: Callable[[Session], SessionView],
+    expected_version: int | None = None,
 ) -> SessionView:
     """One write of an existing session (its ``kind`` of event); the view after it."""
     try:
-        written = sessions.write(target.session_id, apply, idempotency_key=idempotency_key)
+        written = sessions.write(
+            target.session_id,
+            apply,
+            idempotency_key=idempotency_key,
+            expected_version=expected_version,
+        )
     except AlreadyRecorded as done:
         if not isinstance(sessions.decode(done.rows[0].stored), kind):
             raise InvalidInput(KEY_REUSED) from None
@@ -125,11 +132,14 @@ def get_or_create(
     append conflicts on version 1, it reloads, and finds the winner's."""
     with sessions.lock(target.session_id):
         existing = sessions.load(target.session_id)
-        if existing is not None:
+        if existing is not None and not existing.deleted:
             return existing, False
     moment = now()
 
     def created(session: Session) -> bool:
+        if session.deleted:  # its key starts afresh
+            session.restart_if_deleted(context, actor=principal, timestamp=moment)
+            return True
         return session.version == 1 and bool(session.pending_events)
 
     def create() -> Session:
@@ -149,6 +159,7 @@ def close(
     now: datetime,
     idempotency_key: str | None,
     view: Callable[[Session], SessionView],
+    expected_version: int | None = None,
 ) -> SessionView:
     """Record ``Closed``; the session leaves this process's cache too."""
 
@@ -156,8 +167,9 @@ def close(
         session.close(actor=principal, timestamp=now)
 
     closed = record(
-        sessions, target, apply, kind=Closed, idempotency_key=idempotency_key, view=view
-    )
+        sessions, target, apply, kind=Closed, idempotency_key=idempotency_key, view=view,
+        expected_version=expected_version,
+    )  # fmt: skip
     sessions.forget(target.session_id)
     return closed
 
@@ -171,6 +183,7 @@ def evict(
     now: datetime,
     idempotency_key: str | None,
     view: Callable[[Session], SessionView],
+    expected_version: int | None = None,
 ) -> SessionView:
     """Record ``Evicted``; eviction is about memory, so the cached copy goes too."""
 
@@ -178,7 +191,33 @@ def evict(
         session.evict(reason, idle_seconds=idle_seconds, actor=principal, timestamp=now)
 
     evicted = record(
-        sessions, target, apply, kind=Evicted, idempotency_key=idempotency_key, view=view
-    )
+        sessions, target, apply, kind=Evicted, idempotency_key=idempotency_key, view=view,
+        expected_version=expected_version,
+    )  # fmt: skip
     sessions.forget(target.session_id)
     return evicted
+
+
+def delete(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    now: datetime,
+    idempotency_key: str | None,
+    expected_version: int | None,
+) -> None:
+    """Record ``Deleted``: the key starts afresh; the history stays."""
+
+    def apply(session: Session) -> None:
+        session.delete(actor=principal, timestamp=now)
+
+    try:
+        sessions.write(
+            target.session_id,
+            apply,
+            idempotency_key=idempotency_key,
+            expected_version=expected_version,
+        )
+    except AlreadyRecorded:
+        return
+    sessions.forget(target.session_id)

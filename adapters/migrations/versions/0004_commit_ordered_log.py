@@ -17,8 +17,8 @@ Stop writers and projectors of the earlier version first: they would number
 events max + 1 and follow the log by position alone. Building the indexes
 blocks appends on a large PostgreSQL table for a while.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
@@ -35,7 +35,7 @@ _EVENTS = "chatledger_events"
 _SEQUENCE = "chatledger_events_position"
 _ON_POSTGRES = "tx_id <> 0"
 _FIRST = "originator_version = 1"
-_CARRIES_ARCHIVES = "event_type IN ('Committed', 'ArchiveMerged', 'Forked')"
+_CARRIES_ARCHIVES = "event_type IN ('Committed', 'ArchiveMerged', 'Forked', 'Deleted')"
 
 
 def upgrade() -> None:

@@ -1,0 +1,215 @@
+"""Items of agent frameworks, taking them out of the buffer, and a session's state.
+
+``build_items`` turns framework items (any JSON objects) into checked
+``Message`` entries that keep each item verbatim. ``remove``, ``pop``,
+``clear`` and ``replace_tail`` record ``ItemsRemoved``/``TailReplaced`` (one
+event each, or ``ConcurrencyConflict`` and nothing). State changes are
+``StateChanged`` events: of the session itself, or of a shared *state scope*
+(say ``app:shop`` or ``user:shop:ann``), a stream of its own in the same
+tenant (``domain.access.scope_target``), written in the same transaction as
+the session's events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from chatledger.domain.access import Target, scope_target
+from chatledger.domain.errors import InvalidInput
+from chatledger.domain.events import MessageAdded, TailReplaced, new_id
+from chatledger.domain.items import describe_item
+from chatledger.domain.limits import MAX_NAME_CHARS, Limits, check_json, check_message
+from chatledger.domain.session import Session
+from chatledger.domain.values import ClientContext, Message, Principal, has_control_characters
+from chatledger.results import AddedMessage
+from chatledger.service.sessions import Part, SessionStore, Written
+
+
+def build_items(limits: Limits, now: datetime, items: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """Checked buffer entries for framework items (each kept verbatim in ``Message.item``)."""
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
+        raise InvalidInput("items must be a list of JSON objects (dicts).")
+    if not items:
+        raise InvalidInput("Pass at least one item.")
+    built = []
+    for index, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise InvalidInput(f"items[{index}] must be a JSON object (a dict).")
+        check_json(item, f"items[{index}]", max_bytes=limits.max_event_bytes)
+        role, text, name = describe_item(item)
+        if name is not None and (len(name) > MAX_NAME_CHARS or has_control_characters(name)):
+            name = None  # a name to show only: the item keeps the original
+        message = Message(
+            id=new_id(), role=role, content=text, created_at=now, name=name, item=dict(item)
+        )
+        built.append(check_message(message, limits))
+    return built
+
+
+def state_changes(limits: Limits, changes: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+    """Checked state changes (JSON values under str keys)."""
+    if changes is None:
+        return {}
+    if not isinstance(changes, Mapping):
+        raise InvalidInput(f"{what} must be a dict of key -> JSON value.")
+    check_json(changes, what, max_bytes=limits.max_event_bytes)
+    return dict(changes)
+
+
+def record_with_state(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    messages: list[Message],
+    now: datetime,
+    *,
+    context: ClientContext | None,
+    state: dict[str, Any],
+    shared: dict[str, dict[str, Any]],
+    expected_version: int | None,
+    idempotency_key: str | None,
+) -> list[AddedMessage]:
+    """Append ``messages`` (and the state changes) to the session, and the shared state
+    changes to their scopes -- all in one transaction."""
+
+    def apply(session: Session) -> list[int]:
+        session.restart_if_deleted(context, actor=principal, timestamp=now)
+        versions = []
+        for message in messages:
+            session.add_message(message, actor=principal, timestamp=now)
+            versions.append(session.version)
+        session.change_state(state, actor=principal, timestamp=now)
+        return versions
+
+    def create() -> Session:
+        return Session.start(
+            tenant=target.tenant, key=target.key, actor=principal, timestamp=now, context=context
+        )
+
+    parts = [
+        Part(
+            target.session_id, apply, create, idempotency_key, len(messages) + 3, expected_version
+        ),
+        *(
+            _scope_part(principal, target.tenant, scope, changes, now)
+            for scope, changes in shared.items()
+        ),
+    ]
+    written = sessions.write_together(parts)[0]
+    return added(messages, written)
+
+
+def _scope_part(
+    principal: Principal, tenant: str, scope: str, changes: dict[str, Any], now: datetime
+) -> Part:
+    stream = scope_target(principal, scope, tenant)
+
+    def apply(session: Session) -> None:
+        session.change_state(changes, actor=principal, timestamp=now)
+
+    def create() -> Session:
+        return Session.start(tenant=tenant, key=stream.key, actor=principal, timestamp=now)
+
+    return Part(stream.session_id, apply, create)
+
+
+def added(messages: list[Message], written: Written[list[int]]) -> list[AddedMessage]:
+    """What a write of ``messages`` returns: each one's id, version and position."""
+    by_version = dict(zip(_versions(written), written.positions, strict=False))
+    pending = written.session.pending_tokens
+    return [
+        AddedMessage(
+            message_id=message.id,
+            version=version,
+            pending_tokens=pending,
+            position=by_version.get(version, 0),
+        )
+        for message, version in zip(messages, written.outcome, strict=True)
+    ]
+
+
+def _versions(written: Written[list[int]]) -> list[int]:
+    """The versions of the write's events, oldest first (its positions are in that order)."""
+    last = written.session.version
+    return list(range(last - len(written.positions) + 1, last + 1))
+
+
+def remove(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    choose: Callable[[Session], list[str]],
+    reason: str,
+    now: datetime,
+    *,
+    expected_version: int | None,
+    idempotency_key: str | None,
+) -> list[Message]:
+    """Take the items ``choose`` picks out of the buffer (one ``ItemsRemoved``); returns them."""
+
+    def apply(session: Session) -> list[Message]:
+        ids = choose(session)
+        if not ids:
+            return []
+        taken = [session.buffer[i] for i in ids if i in session.buffer]
+        session.remove_items(ids, reason=reason, actor=principal, timestamp=now)  # type: ignore[arg-type]
+        return taken
+
+    written = sessions.write(
+        target.session_id,
+        apply,
+        idempotency_key=idempotency_key,
+        expected_version=expected_version,
+    )
+    return written.outcome
+
+
+def replace_tail(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    expected_ids: list[str],
+    messages: list[Message],
+    now: datetime,
+    *,
+    expected_version: int | None,
+    idempotency_key: str | None,
+) -> list[AddedMessage]:
+    """Replace the live tail ``expected_ids`` by ``messages`` (one ``TailReplaced``)."""
+
+    def apply(session: Session) -> list[int]:
+        session.replace_tail(expected_ids, messages, actor=principal, timestamp=now)
+        return [session.version] * len(messages)
+
+    written = sessions.write(
+        target.session_id,
+        apply,
+        idempotency_key=idempotency_key,
+        expected_version=expected_version,
+    )
+    return added(messages, written)
+
+
+def live_items(
+    sessions: SessionStore,
+    target: Target,
+    *,
+    limit: int | None,
+    after_version: int | None,
+) -> list[Message]:
+    """The live buffer's items, oldest first: the last ``limit`` of them, or those added
+    after ``after_version`` (still live)."""
+    with sessions.lock(target.session_id):
+        session = sessions.require(target)
+        buffer = list(session.buffer.values())
+    if after_version:
+        later: set[str] = set()
+        for event in sessions.events(target.session_id, gt=after_version):
+            if isinstance(event, MessageAdded):
+                later.add(event.message.id)
+            elif isinstance(event, TailReplaced):
+                later.update(m.id for m in event.messages)
+        buffer = [m for m in buffer if m.id in later]
+    return buffer if limit is None else buffer[-limit:] if limit else []

@@ -1,0 +1,69 @@
+"""What an agent framework's item says as text: its role, its text, its name.
+
+Items are JSON objects in the shapes agent frameworks use (the OpenAI
+Responses/Agents item types, chat-completion messages, ...). A session keeps
+each one verbatim; this module reads from it the text that token estimates,
+summaries and prompt contexts need. Unknown shapes are carried with no text
+(never dropped, never garbled). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from chatledger.domain.values import ROLES, Role
+
+_TEXT_KEYS = ("text", "refusal", "transcript")
+
+
+def describe_item(item: Mapping[str, Any]) -> tuple[Role, str, str | None]:
+    """``(role, text, name)`` of an item: who speaks in it, what it says, what it names."""
+    kind = item.get("type")
+    role = item.get("role")
+    if isinstance(role, str) and kind in (None, "message"):
+        text = _content_text(item.get("content"))
+        name = item.get("name") if isinstance(item.get("name"), str) else None
+        return (role if role in ROLES else "assistant"), text, name  # type: ignore[return-value]
+    if kind in ("function_call", "custom_tool_call"):
+        name = _str(item.get("name"))
+        arguments = item.get("arguments", item.get("input", ""))
+        return "assistant", f"{name}({_as_text(arguments)})", name or None
+    if kind in ("function_call_output", "custom_tool_call_output", "tool_result"):
+        return "tool", _as_text(item.get("output", item.get("content", ""))), None
+    if kind == "reasoning":
+        parts = [*_list(item.get("summary")), *_list(item.get("content"))]
+        return "assistant", _content_text(parts), None
+    return "assistant", "", None
+
+
+def _content_text(content: Any) -> str:
+    """The text of a message's content: a string, or the texts of its parts, one per line."""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in _list(content):
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, Mapping):
+            texts.extend(v for k in _TEXT_KEYS if isinstance(v := part.get(k), str))
+    return "\n".join(texts)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        text = _content_text(value)
+        if text:
+            return text
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
