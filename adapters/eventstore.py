@@ -167,8 +167,10 @@ events_table = Table(
     # written before revision 0004): with the position it makes the log order
     # (see LogCursor). Filled in by the database, never by the append; not
     # hashed and not a fact -- it says when a row joined the log, not what
-    # happened. Last, where the migration's ADD COLUMN puts it too.
+    # happened. Before the columns of revision 0005, as the migrations add them.
     Column("tx_id", BigInteger, nullable=False, server_default=_WritingTransaction()),
+    Column("tool_calls", BigInteger, nullable=True),
+    Column("tool_failures", BigInteger, nullable=True),
     Index("chatledger_events_stream", "originator_id", "originator_version", unique=True),
     # The caller's key of a write, unique per session: a retry finds the write.
     Index(
@@ -221,7 +223,7 @@ events_table = Table(
         postgresql_where=text(CARRIES_ARCHIVES),
     ),
 )
-assert tuple(c.name for c in events_table.columns)[7:-1] == FACT_COLUMNS
+assert tuple(c.name for c in events_table.columns if c.name != "tx_id")[7:] == FACT_COLUMNS
 
 
 def orders_by_transaction(dialect: str) -> bool:

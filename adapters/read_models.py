@@ -309,9 +309,11 @@ class WorkingSetModel(SqlReadModel):
 _USAGE_UPSERT = """
 INSERT INTO chatledger_usage (session_id, tool_name, account_id, session_key, call_count,
     success_count, fail_count, prompt_tokens, completion_tokens, total_tokens)
-SELECT originator_id, tool_name, tenant, session_key, COUNT(*),
-    SUM(CASE WHEN tool_status = 'success' THEN 1 ELSE 0 END),
-    SUM(CASE WHEN tool_status = 'success' THEN 0 ELSE 1 END),
+SELECT originator_id, tool_name, tenant, session_key, SUM(COALESCE(tool_calls, 1)),
+    SUM(CASE WHEN tool_calls IS NOT NULL THEN tool_calls - tool_failures
+        WHEN tool_status = 'success' THEN 1 ELSE 0 END),
+    SUM(CASE WHEN tool_calls IS NOT NULL THEN tool_failures
+        WHEN tool_status = 'success' THEN 0 ELSE 1 END),
     SUM({least}(prompt_tokens, {tokens})), SUM({least}(completion_tokens, {tokens})),
     SUM({least}(prompt_tokens, {tokens}) + {least}(completion_tokens, {tokens}))
 FROM {source} WHERE {span} AND tool_name IS NOT NULL

@@ -67,6 +67,12 @@ class AsyncSessionLedger:
     items = _off_loop(SessionLedger.items)
     state = _off_loop(SessionLedger.state)
     shared_state = _off_loop(SessionLedger.shared_state)
+    # the agent's working state
+    set_task = _off_loop(SessionLedger.set_task)
+    advance_extraction = _off_loop(SessionLedger.advance_extraction)
+    prepare_compaction = _off_loop(SessionLedger.prepare_compaction)
+    complete_compaction = _off_loop(SessionLedger.complete_compaction)
+    import_usage = _off_loop(SessionLedger.import_usage)
     # reads and time travel
     session = _off_loop(SessionLedger.session)
     context = _off_loop(SessionLedger.context)

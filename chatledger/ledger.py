@@ -17,6 +17,7 @@ from typing import Any
 
 from chatledger.boundary import public
 from chatledger.domain.errors import InvalidInput, StoreUnavailable, UnknownSession
+from chatledger.domain.identity import validate_key
 from chatledger.domain.limits import check_int, check_seconds
 from chatledger.domain.ports import ArchiveStore, Clock, Summarizer
 from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal, ToolCall
@@ -47,9 +48,10 @@ from chatledger.service.messages import (
 from chatledger.service.messages import message_ids as checked_ids
 from chatledger.service.sessions import unknown
 from chatledger.settings import LedgerSettings
+from chatledger.work_ledger import WorkingStateOperations
 
 
-class SessionLedger(ItemOperations, HistoryOperations):
+class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations):
     """An event-sourced ledger of agent sessions on SQLite (default) or PostgreSQL."""
 
     def __init__(
@@ -205,13 +207,18 @@ class SessionLedger(ItemOperations, HistoryOperations):
         account_id: str | None = None,
         idempotency_key: str | None = None,
         expected_version: int | None = None,
+        archive_id: str | None = None,
+        keep: bool = False,
     ) -> CommitResult:
-        """Fold exactly ``message_ids`` into a new archive; the rest stays live."""
+        """Fold exactly ``message_ids`` into a new archive; the rest stays live. With
+        ``keep`` they stay live too (a snapshot archive); ``archive_id`` names the archive."""
         ids = checked_ids(message_ids)
+        if archive_id is not None:
+            validate_key(archive_id, what="archive id")
         found = self._target(principal, key, account_id)
         return self.core.commits.commit(
             principal, found, ids, wait=wait, idempotency_key=checked_key(idempotency_key),
-            expected_version=expected_version,
+            expected_version=expected_version, archive_id=archive_id, kept=bool(keep),
         )  # fmt: skip
 
     @public

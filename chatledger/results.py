@@ -10,7 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import SessionStatus
-from chatledger.domain.values import ArchiveSummary, ClientContext, Message, Principal
+from chatledger.domain.values import (
+    ArchiveSummary,
+    ClientContext,
+    CompactionToken,
+    Message,
+    Principal,
+    TaskState,
+)
 
 CommitStatus = Literal["completed", "failed", "processing", "skipped"]
 WorkingSetOrder = Literal["last_activity", "created", "key", "pending_tokens"]
@@ -52,6 +59,10 @@ class SessionView(Result):
     turn_count: int
     should_compress: bool
     state: dict[str, Any] = Field(default_factory=dict)  # the session's key-value state
+    task: TaskState = TaskState()  # the agent's working state
+    watermark: int = 0  # live items a background extractor has read
+    extraction_summary: str = ""
+    pending_compaction: CompactionToken | None = None
 
 
 class StateView(Result):

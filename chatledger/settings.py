@@ -86,6 +86,13 @@ class LedgerSettings(BaseSettings):
             "(CommitFailed) and the summarizer's thread is abandoned."
         ),
     )
+    derive_objective: bool = Field(
+        default=False,
+        description=(
+            "A commit of a session whose task state has no objective sets one: the first "
+            "sentence of the first user message it archives."
+        ),
+    )
     require_archive_store: bool = Field(
         default=False, description="Fail commits when no archive store is configured."
     )

@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from chatledger.domain.values import ArchiveSummary, ClientContext, Message, Principal
+from chatledger.domain.values import (
+    ArchiveSummary,
+    ClientContext,
+    CompactionToken,
+    Message,
+    Principal,
+    TaskState,
+)
 
 
 class SessionFields(Protocol):
@@ -33,6 +40,10 @@ class SessionFields(Protocol):
     evicted: bool
     closed: bool
     deleted: bool
+    task: TaskState
+    watermark: int  # live items (oldest first) a background extractor has read
+    extraction_summary: str
+    pending_compaction: CompactionToken | None
     state: dict[str, Any]  # the session's key-value state (JSON values)
 
     def set_buffer(self, messages: Sequence[Message]) -> None: ...

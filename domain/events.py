@@ -8,6 +8,7 @@ never validates or performs I/O (validation happens in ``Session`` commands).
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from datetime import datetime
@@ -18,7 +19,14 @@ from pydantic import Field
 from chatledger.domain.aggregate import SessionFields
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
 from chatledger.domain.rules import with_merge
-from chatledger.domain.values import ArchiveSummary, ClientContext, EvictionReason, Message
+from chatledger.domain.values import (
+    ArchiveSummary,
+    ClientContext,
+    CompactionToken,
+    EvictionReason,
+    Message,
+    TaskState,
+)
 
 
 class Started(SessionCreationEvent):
@@ -61,10 +69,16 @@ class Forked(SessionCreationEvent):
     commit_count: int
     last_commit_at: datetime | None
     state: dict[str, Any] = Field(default_factory=dict)
+    task: TaskState = TaskState()
+    watermark: int = 0
+    extraction_summary: str = ""
 
     def apply(self, aggregate: Any) -> None:
         session: SessionFields = aggregate
         _begin(session, self)
+        session.task = self.task
+        session.watermark = self.watermark
+        session.extraction_summary = self.extraction_summary
         session.set_buffer(self.buffer)
         session.archives = list(self.archives)
         session.message_count = self.message_count
@@ -91,9 +105,11 @@ class MessageAdded(SessionEvent):
 
 
 class Committed(SessionEvent):
-    """Exactly the messages named by the archive left the buffer, folded into it."""
+    """Exactly the messages named by the archive left the buffer, folded into it -- or, with
+    ``kept``, were archived while they stay live (a snapshot archive)."""
 
     archive: ArchiveSummary
+    kept: bool = False
 
     @property
     def message_ids(self) -> tuple[str, ...]:
@@ -101,12 +117,8 @@ class Committed(SessionEvent):
 
     def apply(self, aggregate: Any) -> None:
         session: SessionFields = aggregate
-        for message_id in self.archive.message_ids:
-            message = session.buffer.pop(message_id, None)
-            if message is not None:
-                session.pending_tokens -= message.tokens
-                if message.role == "user":
-                    session.turn_count -= 1
+        if not self.kept:
+            _drop(session, self.archive.message_ids)
         session.archives.append(self.archive)
         session.commit_count += 1
         session.last_commit_at = self.timestamp
@@ -237,6 +249,10 @@ class Deleted(SessionEvent):
         session.message_count = session.commit_count = 0
         session.last_commit_at = None
         session.state = {}
+        session.task = TaskState()
+        session.watermark = 0
+        session.extraction_summary = ""
+        session.pending_compaction = None
         session.deleted = True
         session.evicted = session.closed = False
         session.updated_at = self.timestamp
@@ -254,7 +270,84 @@ class Restarted(SessionEvent):
         session.updated_at = self.timestamp
 
 
+class TaskStateChanged(SessionEvent):
+    """The agent's working state (objective, active task, constraints, blockers, notes)."""
+
+    task: TaskState
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        session.task = self.task
+        session.updated_at = self.timestamp
+
+
+class ExtractionAdvanced(SessionEvent):
+    """A background extractor has read the oldest ``watermark`` live items, and says what
+    it found in ``summary``."""
+
+    watermark: int
+    summary: str
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        session.watermark = self.watermark
+        session.extraction_summary = self.summary
+        session.updated_at = self.timestamp
+
+
+class CompactionPrepared(SessionEvent):
+    """An external compactor was handed a token; it must complete before ``expires_at``."""
+
+    token: str
+    expires_at: datetime
+    message_count: int
+    watermark: int
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        session.pending_compaction = CompactionToken(
+            token=self.token,
+            prepared_at=self.timestamp,
+            expires_at=self.expires_at,
+            message_count=self.message_count,
+            watermark=self.watermark,
+        )
+        session.updated_at = self.timestamp
+
+
+class CompactionCleared(SessionEvent):
+    """The pending compaction token is gone: consumed, expired, or given up."""
+
+    token: str
+    reason: Literal["completed", "expired", "cancelled"]
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        session.pending_compaction = None
+        session.updated_at = self.timestamp
+
+
+class UsageImported(SessionEvent):
+    """Tool usage totals from an earlier system, merged with the calls recorded here."""
+
+    tool_name: str
+    call_count: int
+    success_count: int
+    fail_count: int
+    prompt_tokens: int
+    completion_tokens: int
+    source: str = ""
+
+    def apply(self, aggregate: Any) -> None:
+        return None  # the usage read model adds it up; the session itself does not change
+
+
 def _drop(session: SessionFields, message_ids: tuple[str, ...]) -> None:
+    if session.watermark:  # items the extractor had read leave: its watermark moves down
+        gone = set(message_ids)
+        read = itertools.islice(session.buffer, session.watermark)
+        below = sum(1 for m in read if m in gone)
+        session.watermark -= below
     for message_id in message_ids:
         message = session.buffer.pop(message_id, None)
         if message is not None:
@@ -278,6 +371,11 @@ EVENT_TYPES: tuple[type[SessionEvent], ...] = (
     StateChanged,
     Deleted,
     Restarted,
+    TaskStateChanged,
+    ExtractionAdvanced,
+    CompactionPrepared,
+    CompactionCleared,
+    UsageImported,
 )
 EventName = Literal[
     "Started",
@@ -294,6 +392,11 @@ EventName = Literal[
     "StateChanged",
     "Deleted",
     "Restarted",
+    "TaskStateChanged",
+    "ExtractionAdvanced",
+    "CompactionPrepared",
+    "CompactionCleared",
+    "UsageImported",
 ]
 
 

@@ -109,3 +109,29 @@ def entity_retention_ratio(sources: Iterable[str], overview: str) -> float:
         return 1.0
     kept = sum(1 for e in entities if e in overview)
     return round(kept / len(entities), 4)
+
+
+_WORD = re.compile(r"[^\W\d_]{3,}")
+_COMMON = frozenset(w.lower() for w in _STOPWORDS) | {
+    *("the", "and", "for", "with", "this", "that", "have", "has", "was", "were", "are", "you"),
+    *("your", "our", "not", "but", "can", "will", "would", "could", "should", "there"),
+    *("their", "they", "them", "then", "than", "from", "into", "about", "what", "when"),
+    *("which", "who", "how", "why", "all", "any", "some", "just", "also", "very", "please"),
+}
+
+
+def information_words(text: str) -> set[str]:
+    """The informative words of ``text``: lowercased words of 3+ letters, common ones left out."""
+    return {w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in _COMMON}
+
+
+def information_retention_ratio(sources: Iterable[str], overview: str) -> float:
+    """Share of the sources' informative words that the overview keeps (rounded to 4 places);
+    1.0 when the sources have none. Wider than entity retention: any content word counts."""
+    words: set[str] = set()
+    for text in sources:
+        words |= information_words(text)
+    if not words:
+        return 1.0
+    kept = information_words(overview)
+    return round(len(words & kept) / len(words), 4)

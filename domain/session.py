@@ -24,8 +24,11 @@ from chatledger.domain.events import (
     Closed,
     CommitFailed,
     Committed,
+    CompactionCleared,
+    CompactionPrepared,
     Deleted,
     Evicted,
+    ExtractionAdvanced,
     Forked,
     ItemsRemoved,
     MessageAdded,
@@ -34,15 +37,19 @@ from chatledger.domain.events import (
     Started,
     StateChanged,
     TailReplaced,
+    TaskStateChanged,
+    UsageImported,
 )
 from chatledger.domain.eventsourced import DomainEvent
 from chatledger.domain.identity import session_id
 from chatledger.domain.values import (
     ArchiveSummary,
     ClientContext,
+    CompactionToken,
     EvictionReason,
     Message,
     Principal,
+    TaskState,
 )
 
 DEFAULT_COMPRESS_THRESHOLD = 10
@@ -86,6 +93,10 @@ class SessionState(BaseModel):
     closed: bool = False
     state: dict[str, Any] = Field(default_factory=dict)
     deleted: bool = False
+    task: TaskState = TaskState()
+    watermark: int = 0
+    extraction_summary: str = ""
+    pending_compaction: CompactionToken | None = None
 
 
 class Session(BaseAggregate[UUID]):
@@ -109,6 +120,10 @@ class Session(BaseAggregate[UUID]):
         self.closed = False  # evicted because its client closed it
         self.state: dict[str, Any] = {}  # the key-value state (StateChanged)
         self.deleted = False  # Deleted: the key starts afresh (Restarted)
+        self.task = TaskState()  # the agent's working state (TaskStateChanged)
+        self.watermark = 0  # live items a background extractor has read (ExtractionAdvanced)
+        self.extraction_summary = ""
+        self.pending_compaction: CompactionToken | None = None  # CompactionPrepared
         # The counters after each pending event, in step with _pending_events.
         self._pending_counters: list[SessionCounters] = []
         # An idempotency key for the next event triggered (see key_write).
@@ -164,6 +179,9 @@ class Session(BaseAggregate[UUID]):
             commit_count=origin.commit_count,
             last_commit_at=origin.last_commit_at,
             state=dict(origin.state),
+            task=origin.task,
+            watermark=origin.watermark,
+            extraction_summary=origin.extraction_summary,
             actor=actor,
             timestamp=timestamp,
         )
@@ -216,8 +234,20 @@ class Session(BaseAggregate[UUID]):
             )
         self.trigger_event(MessageAdded, message=message, actor=actor, timestamp=timestamp)
 
-    def commit(self, archive: ArchiveSummary, *, actor: Principal, timestamp: datetime) -> None:
+    def commit(
+        self,
+        archive: ArchiveSummary,
+        *,
+        actor: Principal,
+        timestamp: datetime,
+        kept: bool = False,
+    ) -> None:
         self.require_present()
+        if any(a.archive_id == archive.archive_id for a in self.archives):
+            raise InvalidInput(
+                f"Session {self.key!r} already has a live archive {archive.archive_id!r}; "
+                "choose another archive id."
+            )
         missing = self.missing_ids(archive.message_ids)
         if missing:
             raise InvalidInput(
@@ -226,7 +256,7 @@ class Session(BaseAggregate[UUID]):
             )
         if not archive.message_ids:
             raise InvalidInput("A commit must cover at least one message.")
-        self.trigger_event(Committed, archive=archive, actor=actor, timestamp=timestamp)
+        self.trigger_event(Committed, archive=archive, kept=kept, actor=actor, timestamp=timestamp)
 
     def record_commit_failure(
         self,
@@ -343,6 +373,92 @@ class Session(BaseAggregate[UUID]):
             actor=actor,
             timestamp=timestamp,
         )
+
+    def set_task(self, task: TaskState, *, actor: Principal, timestamp: datetime) -> None:
+        """Record the agent's working state (the whole of it)."""
+        self.require_present()
+        if task != self.task:
+            self.trigger_event(TaskStateChanged, task=task, actor=actor, timestamp=timestamp)
+
+    def advance_extraction(
+        self, watermark: int, summary: str, *, actor: Principal, timestamp: datetime
+    ) -> None:
+        """Record how far a background extractor has read the live buffer (oldest first)."""
+        self.require_present()
+        if not 0 <= watermark <= len(self.buffer):
+            raise InvalidInput(
+                f"The watermark must be from 0 to the {len(self.buffer)} live items of "
+                f"session {self.key!r}, not {watermark}."
+            )
+        self.trigger_event(
+            ExtractionAdvanced,
+            watermark=watermark,
+            summary=summary,
+            actor=actor,
+            timestamp=timestamp,
+        )
+
+    def prepare_compaction(
+        self, token: str, expires_at: datetime, *, actor: Principal, timestamp: datetime
+    ) -> None:
+        """Hand a compactor a token (a pending one that expired is cleared first)."""
+        self.require_present()
+        pending = self.pending_compaction
+        if pending is not None:
+            if timestamp < pending.expires_at:
+                raise ConcurrencyConflict(
+                    f"A compaction of session {self.key!r} is pending until "
+                    f"{pending.expires_at.isoformat()}; complete it, or wait for it to expire."
+                )
+            self.trigger_event(
+                CompactionCleared,
+                token=pending.token,
+                reason="expired",
+                actor=actor,
+                timestamp=timestamp,
+            )
+        self.trigger_event(
+            CompactionPrepared,
+            token=token,
+            expires_at=expires_at,
+            message_count=len(self.buffer),
+            watermark=self.watermark,
+            actor=actor,
+            timestamp=timestamp,
+        )
+
+    def consume_compaction(self, token: str, *, actor: Principal, timestamp: datetime) -> bool:
+        """Consume the pending token: ``True``; if it expired, clear it and return ``False``."""
+        pending = self.pending_compaction
+        if pending is None or pending.token != token:
+            raise InvalidInput(
+                f"No compaction with that token is pending for session {self.key!r} (consumed "
+                "already, expired, or never prepared); prepare a new one."
+            )
+        expired = timestamp >= pending.expires_at
+        self.trigger_event(
+            CompactionCleared,
+            token=token,
+            reason="expired" if expired else "completed",
+            actor=actor,
+            timestamp=timestamp,
+        )
+        return not expired
+
+    def import_usage(
+        self,
+        totals: Sequence[dict[str, Any]],
+        *,
+        source: str,
+        actor: Principal,
+        timestamp: datetime,
+    ) -> None:
+        """Merge tool usage totals of an earlier system (one event per tool)."""
+        self.require_present()
+        for total in totals:
+            self.trigger_event(
+                UsageImported, **total, source=source, actor=actor, timestamp=timestamp
+            )
 
     def close(self, *, actor: Principal, timestamp: datetime) -> None:
         self.require_present()
@@ -474,6 +590,10 @@ class Session(BaseAggregate[UUID]):
             closed=self.closed,
             state=dict(self.state),
             deleted=self.deleted,
+            task=self.task,
+            watermark=self.watermark,
+            extraction_summary=self.extraction_summary,
+            pending_compaction=self.pending_compaction,
         )
 
     @classmethod
@@ -500,6 +620,10 @@ class Session(BaseAggregate[UUID]):
         session.closed = state.closed
         session.state = dict(state.state)
         session.deleted = state.deleted
+        session.task = state.task
+        session.watermark = state.watermark
+        session.extraction_summary = state.extraction_summary
+        session.pending_compaction = state.pending_compaction
         session.rebuilt_from = (version, session.state_items)
         return session
 

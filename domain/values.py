@@ -153,3 +153,23 @@ class ArchiveSummary(Value):
 def estimate_tokens(content: str) -> int:
     """The token estimate of a message: a quarter of its characters, at least one."""
     return max(1, len(content) // 4)
+
+
+class TaskState(Value):
+    """The agent's working state of a session: what it is doing and under which terms."""
+
+    objective: str = ""
+    active_task: str = ""
+    constraints: tuple[str, ...] = ()  # confirmed with the user
+    blockers: tuple[str, ...] = ()
+    notes: str = ""
+
+
+class CompactionToken(Value):
+    """A prepared compaction: what the compactor saw, and until when it may complete."""
+
+    token: str
+    prepared_at: datetime
+    expires_at: datetime
+    message_count: int  # live items when it was prepared
+    watermark: int  # the extraction watermark then

@@ -22,8 +22,11 @@ from chatledger.domain.events import (
     Closed,
     CommitFailed,
     Committed,
+    CompactionCleared,
+    CompactionPrepared,
     Deleted,
     Evicted,
+    ExtractionAdvanced,
     Forked,
     ItemsRemoved,
     MessageAdded,
@@ -32,6 +35,8 @@ from chatledger.domain.events import (
     Started,
     StateChanged,
     TailReplaced,
+    TaskStateChanged,
+    UsageImported,
 )
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import SessionCounters
@@ -68,6 +73,10 @@ class StoredFacts(NamedTuple):
     completion_tokens: int
     summary: str
     idempotency_key: str | None  # the caller's key of the write this event starts
+    # Usage imported from an earlier system (UsageImported): calls and failures it counts;
+    # None for a tool call reported by a message (one call, its status says which).
+    tool_calls: int | None
+    tool_failures: int | None
 
 
 FACT_COLUMNS: tuple[str, ...] = StoredFacts._fields
@@ -87,9 +96,15 @@ def stored_facts(event: SessionEvent, tenant: str, key: str, after: SessionCount
         after.commit_count, after.archive_count,
         None if last_commit is None else to_micros(last_commit), after.status,
     )  # fmt: skip
+    write_key = event.idempotency_key
+    if isinstance(event, UsageImported):
+        return StoredFacts(
+            *head, event.tool_name, "imported", event.prompt_tokens, event.completion_tokens,
+            summarize(event), write_key, event.call_count, event.fail_count,
+        )  # fmt: skip
     tool = event.message.tool_call if isinstance(event, MessageAdded) else None
     if tool is None:
-        return StoredFacts(*head, None, None, 0, 0, summarize(event), event.idempotency_key)
+        return StoredFacts(*head, None, None, 0, 0, summarize(event), write_key, None, None)
     return StoredFacts(
         *head,
         tool.tool_name,
@@ -97,7 +112,9 @@ def stored_facts(event: SessionEvent, tenant: str, key: str, after: SessionCount
         tool.prompt_tokens,
         tool.completion_tokens,
         summarize(event),
-        event.idempotency_key,
+        write_key,
+        None,
+        None,
     )
 
 
@@ -143,6 +160,20 @@ def _summary(event: SessionEvent) -> str:
         return f"reactivated by a new message (was {event.previous_status})"
     if isinstance(event, Deleted):
         return "deleted (the key starts afresh)"
+    if isinstance(event, UsageImported):
+        used = event.prompt_tokens + event.completion_tokens
+        return (
+            f"imported usage of tool {event.tool_name}: {_count(event.call_count, 'call')}, "
+            f"{_count(used, 'token')}"
+        )
+    if isinstance(event, TaskStateChanged):
+        return "working state changed"
+    if isinstance(event, ExtractionAdvanced):
+        return f"extraction read {_count(event.watermark, 'item')}"
+    if isinstance(event, CompactionPrepared):
+        return f"compaction prepared ({_count(event.message_count, 'item')})"
+    if isinstance(event, CompactionCleared):
+        return f"compaction token {event.reason}"
     if isinstance(event, Restarted):
         return "started afresh after a deletion"
     if isinstance(event, ItemsRemoved):

@@ -72,6 +72,7 @@ def build(
         commit_workers=settings.commit_workers,
         merge_threshold=settings.merge_threshold,
         merge_max_count=settings.merge_max_count,
+        derive_objective=settings.derive_objective,
     )
     commits = CommitRunner(
         sessions, summarizer or ExtractiveSummarizer(), archive_store, policy, now

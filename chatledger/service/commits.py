@@ -30,12 +30,13 @@ from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, StoreUna
 from chatledger.domain.events import ArchiveMerged, Committed, new_id
 from chatledger.domain.limits import Limits, check_int, check_summary, error_text
 from chatledger.domain.ports import ArchiveBody, ArchiveStore, Summarizer, Summary
-from chatledger.domain.quality import entity_retention_ratio
+from chatledger.domain.quality import entity_retention_ratio, information_retention_ratio
 from chatledger.domain.session import Session
 from chatledger.domain.values import ArchiveSummary, Message, Principal, estimate_tokens
 from chatledger.results import CommitResult, CommitTask, MergeResult
 from chatledger.service.messages import KEY_REUSED
 from chatledger.service.sessions import AlreadyRecorded, SessionStore, check_expected
+from chatledger.service.working import derived_objective
 
 logger = logging.getLogger("chatledger.commits")
 KEPT_TASKS = 10_000
@@ -53,6 +54,7 @@ class CommitPolicy:
     commit_workers: int
     merge_threshold: int
     merge_max_count: int
+    derive_objective: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ class _Pending:
     messages: list[Message]
     attempt_id: str
     idempotency_key: str | None
+    task_id: str
+    archive_id: str | None = None  # the caller's, or a fresh one
+    kept: bool = False  # a snapshot archive: the messages stay live
 
 
 class CommitRunner:
@@ -97,8 +102,12 @@ class CommitRunner:
         wait: bool,
         idempotency_key: str | None,
         expected_version: int | None = None,
+        archive_id: str | None = None,
+        kept: bool = False,
     ) -> CommitResult:
-        """Archive the whole buffer (``message_ids=None``) or exactly those messages."""
+        """Archive the whole buffer (``message_ids=None``) or exactly those messages (kept in
+        the buffer with ``kept``, under ``archive_id`` if given). Every commit gets a task
+        record (``task()``), whether the caller waits for it or not."""
         sid = target.session_id
         if idempotency_key is not None:  # recorded already: never summarise again
             rows = self.sessions.keyed_rows(sid, idempotency_key)
@@ -125,11 +134,11 @@ class CommitRunner:
                 self._inflight.add(sid)
             chosen = set(message_ids) if message_ids is not None else None
             messages = [m for m in session.buffer.values() if chosen is None or m.id in chosen]
-        pending = _Pending(target, messages, new_id(), idempotency_key)
-        if wait:
-            return self._finish(principal, pending)
         task_id = new_id()
+        pending = _Pending(target, messages, new_id(), idempotency_key, task_id, archive_id, kept)
         self._tasks[task_id] = CommitTask(task_id=task_id, key=target.key, status="processing")
+        if wait:
+            return self._run_task(task_id, principal, pending)
         try:
             self._executor_for_commits().submit(self._run_task, task_id, principal, pending)
         except RuntimeError as error:  # the executor is shut down
@@ -161,7 +170,7 @@ class CommitRunner:
                 )
             return self._executor
 
-    def _run_task(self, task_id: str, principal: Principal, pending: _Pending) -> None:
+    def _run_task(self, task_id: str, principal: Principal, pending: _Pending) -> CommitResult:
         result = self._finish(principal, pending).model_copy(update={"task_id": task_id})
         status = "completed" if result.status == "completed" else "failed"
         with self._guard:
@@ -171,6 +180,7 @@ class CommitRunner:
             self._finished.append(task_id)
             if len(self._finished) > KEPT_TASKS:
                 self._tasks.pop(self._finished.popleft(), None)
+        return result
 
     def _finish(self, principal: Principal, pending: _Pending) -> CommitResult:
         try:
@@ -213,11 +223,13 @@ class CommitRunner:
         metadata = dict(summary.metadata)
         metadata["source_tokens"] = sum(m.tokens for m in pending.messages)
         if self.policy.entity_retention:
-            metadata["entity_retention_ratio"] = entity_retention_ratio(
-                (m.content for m in pending.messages), summary.overview
+            sources = [m.content for m in pending.messages]
+            metadata["entity_retention_ratio"] = entity_retention_ratio(sources, summary.overview)
+            metadata["information_retention_ratio"] = information_retention_ratio(
+                sources, summary.overview
             )
         archive = ArchiveSummary(
-            archive_id=new_id(),
+            archive_id=pending.archive_id or new_id(),
             overview=summary.overview,
             abstract=summary.abstract,
             message_ids=tuple(m.id for m in pending.messages),
@@ -252,7 +264,12 @@ class CommitRunner:
                 raise ConcurrencyConflict(
                     "Some of these messages were committed by another writer meanwhile."
                 )
-            session.commit(archive, actor=principal, timestamp=now)
+            session.commit(archive, actor=principal, timestamp=now, kept=pending.kept)
+            if self.policy.derive_objective and not session.task.objective:
+                objective = derived_objective(pending.messages)
+                if objective:
+                    task = session.task.model_copy(update={"objective": objective})
+                    session.set_task(task, actor=principal, timestamp=now)
 
         self.sessions.write(
             pending.target.session_id, apply, idempotency_key=pending.idempotency_key
@@ -278,10 +295,15 @@ class CommitRunner:
         event = self.sessions.decode(rows[0].stored)
         if not isinstance(event, Committed):
             raise InvalidInput(KEY_REUSED)
+        archive_id = event.archive.archive_id
+        with self._guard:  # the first call's own result, with its task id, if still known
+            for task in self._tasks.values():
+                if task.result is not None and task.result.archive_id == archive_id:
+                    return task.result
         return CommitResult(
             status="completed",
             archived=True,
-            archive_id=event.archive.archive_id,
+            archive_id=archive_id,
             message_ids=event.archive.message_ids,
         )
 

@@ -34,6 +34,10 @@ def session_view(session: Session, compress_threshold: int) -> SessionView:
         turn_count=session.turn_count,
         should_compress=session.should_compress(compress_threshold),
         state=dict(session.state),
+        task=session.task,
+        watermark=session.watermark,
+        extraction_summary=session.extraction_summary,
+        pending_compaction=session.pending_compaction,
     )
 
 
