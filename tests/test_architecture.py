@@ -31,7 +31,9 @@ MAPPED_PACKAGES = (
     "chatledger.adapters",
 )
 # Underscore names that are public API of the standard library or a dependency.
-FOREIGN_API = {"_mapping", "_fields", "_asdict", "_replace", "_make", "_getframe", "_exit"}
+FOREIGN_API = {"_mapping", "_fields", "_asdict", "_replace", "_make", "_getframe", "_exit",
+               # the OpenAI Agents SDK's compaction hook, which third-party sessions implement
+               "_get_compaction_snapshot"}  # fmt: skip
 
 
 def _modules() -> dict[str, Path]:
