@@ -53,7 +53,12 @@ from chatledger.adapters.eventstore import events_table
 from chatledger.domain.access import SCOPE_PREFIX
 from chatledger.domain.limits import MAX_INT, MAX_TOKENS
 from chatledger.domain.session import LIVE
-from chatledger.projections.archive_events import ArchiveEvent, ArchivesMerged, archive_changes
+from chatledger.projections.archive_events import (
+    ArchiveEvent,
+    ArchivesMerged,
+    ArchivesRetired,
+    archive_changes,
+)
 from chatledger.projections.facts import FACT_COLUMNS
 
 read_model_metadata = MetaData()
@@ -330,9 +335,16 @@ class ArchivesModel(SqlReadModel):
         t = archives_table
         new: dict[tuple[UUID, str], dict[str, Any]] = {}
         merged: list[dict[str, Any]] = []
+        retired: list[dict[str, Any]] = []
         for event in span.log.archive_events(span.after, span.last):
             sid = event.session_id
             for index, change in enumerate(archive_changes(event)):
+                if isinstance(change, ArchivesRetired):
+                    for (session, _), made in new.items():
+                        if session == sid:
+                            made["live"] = False
+                    retired.append({"_sid": sid})
+                    continue
                 if isinstance(change, ArchivesMerged):
                     for archive_id in change.archive_ids:
                         row = new.get((sid, archive_id))
@@ -388,6 +400,13 @@ class ArchivesModel(SqlReadModel):
                 .values(merged_into=bindparam("merged_into"), live=False)
             )
             connection.execute(statement, merged)
+        if retired:  # before the inserts: archives made after a deletion stay live
+            statement = (
+                update(t)
+                .where(and_(t.c.session_id == bindparam("_sid"), t.c.live.is_(True)))
+                .values(live=False)
+            )
+            connection.execute(statement, retired)
         if new:
             connection.execute(t.insert(), list(new.values()))
 

@@ -54,6 +54,7 @@ class AsyncSessionLedger:
     get_or_create = _off_loop(SessionLedger.get_or_create)
     close_session = _off_loop(SessionLedger.close_session)
     evict = _off_loop(SessionLedger.evict)
+    delete_session = _off_loop(SessionLedger.delete_session)
     fork = _off_loop(SessionLedger.fork)
     import_ = _off_loop(SessionLedger.import_)
     # agent-framework items and state

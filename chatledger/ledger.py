@@ -298,6 +298,24 @@ class SessionLedger(ItemOperations, HistoryOperations):
             self._view, expected_version,
         )  # fmt: skip
 
+    @public
+    def delete_session(
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        account_id: str | None = None,
+        idempotency_key: str | None = None,
+        expected_version: int | None = None,
+    ) -> None:
+        """Delete the session: it leaves the working set and its key starts afresh (the next
+        message starts a new session under it); its history stays, as of every earlier
+        version, unless erased."""
+        found, write_key = self._target(principal, key, account_id), checked_key(idempotency_key)
+        writes.delete(
+            self.core.sessions, principal, found, self.core.now(), write_key, expected_version
+        )
+
     # ---------------------------------------------------------------- reads
     @public
     def session(

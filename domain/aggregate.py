@@ -32,6 +32,7 @@ class SessionFields(Protocol):
     updated_at: datetime
     evicted: bool
     closed: bool
+    deleted: bool
     state: dict[str, Any]  # the session's key-value state (JSON values)
 
     def set_buffer(self, messages: Sequence[Message]) -> None: ...

@@ -226,6 +226,34 @@ class StateChanged(SessionEvent):
         session.updated_at = self.timestamp
 
 
+class Deleted(SessionEvent):
+    """The session was deleted: its key starts afresh. Its live state (buffer, archives,
+    counters, state) is gone from the session; its history stays (unless erased)."""
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        session.set_buffer(())
+        session.archives = []
+        session.message_count = session.commit_count = 0
+        session.last_commit_at = None
+        session.state = {}
+        session.deleted = True
+        session.evicted = session.closed = False
+        session.updated_at = self.timestamp
+
+
+class Restarted(SessionEvent):
+    """A deleted session's key was used again: the session starts afresh, with this context."""
+
+    context: ClientContext = ClientContext()
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        session.deleted = False
+        session.context = self.context
+        session.updated_at = self.timestamp
+
+
 def _drop(session: SessionFields, message_ids: tuple[str, ...]) -> None:
     for message_id in message_ids:
         message = session.buffer.pop(message_id, None)
@@ -248,6 +276,8 @@ EVENT_TYPES: tuple[type[SessionEvent], ...] = (
     ItemsRemoved,
     TailReplaced,
     StateChanged,
+    Deleted,
+    Restarted,
 )
 EventName = Literal[
     "Started",
@@ -262,6 +292,8 @@ EventName = Literal[
     "ItemsRemoved",
     "TailReplaced",
     "StateChanged",
+    "Deleted",
+    "Restarted",
 ]
 
 

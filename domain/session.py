@@ -18,17 +18,19 @@ from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanSnapshotAgg
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ConfigDict, Field
 
-from chatledger.domain.errors import ConcurrencyConflict, InvalidInput
+from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, UnknownSession
 from chatledger.domain.events import (
     ArchiveMerged,
     Closed,
     CommitFailed,
     Committed,
+    Deleted,
     Evicted,
     Forked,
     ItemsRemoved,
     MessageAdded,
     Reactivated,
+    Restarted,
     Started,
     StateChanged,
     TailReplaced,
@@ -44,10 +46,11 @@ from chatledger.domain.values import (
 )
 
 DEFAULT_COMPRESS_THRESHOLD = 10
-SessionStatus = Literal["live", "evicted", "closed"]
+SessionStatus = Literal["live", "evicted", "closed", "deleted"]
 LIVE: Final = "live"
 EVICTED: Final = "evicted"
 CLOSED: Final = "closed"
+DELETED: Final = "deleted"
 
 
 class SessionCounters(NamedTuple):
@@ -82,6 +85,7 @@ class SessionState(BaseModel):
     evicted: bool
     closed: bool = False
     state: dict[str, Any] = Field(default_factory=dict)
+    deleted: bool = False
 
 
 class Session(BaseAggregate[UUID]):
@@ -104,6 +108,7 @@ class Session(BaseAggregate[UUID]):
         self.evicted = False
         self.closed = False  # evicted because its client closed it
         self.state: dict[str, Any] = {}  # the key-value state (StateChanged)
+        self.deleted = False  # Deleted: the key starts afresh (Restarted)
         # The counters after each pending event, in step with _pending_events.
         self._pending_counters: list[SessionCounters] = []
         # An idempotency key for the next event triggered (see key_write).
@@ -177,7 +182,29 @@ class Session(BaseAggregate[UUID]):
         session._pending_counters.append(session.counters())
         return session
 
+    def delete(self, *, actor: Principal, timestamp: datetime) -> None:
+        """Delete the session: its key starts afresh; its history stays."""
+        self.require_present()
+        self.trigger_event(Deleted, actor=actor, timestamp=timestamp)
+
+    def restart_if_deleted(
+        self, context: ClientContext | None, *, actor: Principal, timestamp: datetime
+    ) -> None:
+        """Before a write that may start a session: a deleted one starts afresh here."""
+        if self.deleted:
+            self.trigger_event(
+                Restarted, context=context or ClientContext(), actor=actor, timestamp=timestamp
+            )
+
+    def require_present(self) -> None:
+        """``UnknownSession`` for a deleted session (a write that cannot start one)."""
+        if self.deleted:
+            raise UnknownSession(
+                f"Session {self.key!r} was deleted; add a message to start it afresh."
+            )
+
     def add_message(self, message: Message, *, actor: Principal, timestamp: datetime) -> None:
+        self.restart_if_deleted(None, actor=actor, timestamp=timestamp)
         if message.id in self.buffer:
             raise InvalidInput(
                 f"A message with id {message.id!r} is already in the live buffer; "
@@ -190,6 +217,7 @@ class Session(BaseAggregate[UUID]):
         self.trigger_event(MessageAdded, message=message, actor=actor, timestamp=timestamp)
 
     def commit(self, archive: ArchiveSummary, *, actor: Principal, timestamp: datetime) -> None:
+        self.require_present()
         missing = self.missing_ids(archive.message_ids)
         if missing:
             raise InvalidInput(
@@ -226,6 +254,7 @@ class Session(BaseAggregate[UUID]):
         actor: Principal,
         timestamp: datetime,
     ) -> None:
+        self.require_present()
         live = {a.archive_id for a in self.archives}
         unknown = [s for s in source_archive_ids if s not in live]
         if unknown or len(set(source_archive_ids)) < 2:
@@ -249,6 +278,7 @@ class Session(BaseAggregate[UUID]):
         timestamp: datetime,
     ) -> None:
         """Take live items out of the buffer without archiving them."""
+        self.require_present()
         missing = self.missing_ids(message_ids)
         if missing:
             raise InvalidInput(
@@ -275,6 +305,7 @@ class Session(BaseAggregate[UUID]):
     ) -> None:
         """Replace the newest live items, which must be exactly ``expected_ids`` (oldest
         first), by ``messages``; ``ConcurrencyConflict`` if the tail moved on."""
+        self.require_present()
         tail = list(self.buffer)[-len(expected_ids) :] if expected_ids else []
         if tail != list(expected_ids):
             raise ConcurrencyConflict(
@@ -304,6 +335,7 @@ class Session(BaseAggregate[UUID]):
         """Set state keys to new JSON values and remove others, in one event."""
         if not changes and not removed:
             return
+        self.restart_if_deleted(None, actor=actor, timestamp=timestamp)
         self.trigger_event(
             StateChanged,
             changes=changes,
@@ -313,6 +345,7 @@ class Session(BaseAggregate[UUID]):
         )
 
     def close(self, *, actor: Principal, timestamp: datetime) -> None:
+        self.require_present()
         self.trigger_event(Closed, actor=actor, timestamp=timestamp)
 
     def evict(
@@ -323,6 +356,7 @@ class Session(BaseAggregate[UUID]):
         actor: Principal,
         timestamp: datetime,
     ) -> None:
+        self.require_present()
         self.trigger_event(
             Evicted, reason=reason, idle_seconds=idle_seconds, actor=actor, timestamp=timestamp
         )
@@ -374,6 +408,8 @@ class Session(BaseAggregate[UUID]):
     @property
     def status(self) -> SessionStatus:
         """LIVE, or why it left the working set: EVICTED or CLOSED."""
+        if self.deleted:
+            return DELETED
         if not self.evicted:
             return LIVE
         return CLOSED if self.closed else EVICTED
@@ -437,6 +473,7 @@ class Session(BaseAggregate[UUID]):
             evicted=self.evicted,
             closed=self.closed,
             state=dict(self.state),
+            deleted=self.deleted,
         )
 
     @classmethod
@@ -462,6 +499,7 @@ class Session(BaseAggregate[UUID]):
         session.evicted = state.evicted
         session.closed = state.closed
         session.state = dict(state.state)
+        session.deleted = state.deleted
         session.rebuilt_from = (version, session.state_items)
         return session
 

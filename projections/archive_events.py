@@ -18,12 +18,13 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from chatledger.domain.events import ArchiveMerged, Committed, Forked
+from chatledger.domain.events import ArchiveMerged, Committed, Deleted, Forked
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import ArchiveSummary
 
-ARCHIVE_EVENT_TYPES: tuple[str, ...] = ("Committed", "ArchiveMerged", "Forked")
+ARCHIVE_EVENT_TYPES: tuple[str, ...] = ("Committed", "ArchiveMerged", "Forked", "Deleted")
+"""Events that change a session's archives (a deletion leaves it none live)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,8 @@ def archive_event_from_json(
             tuple(_archive_from_json(a) for a in state["archives"]),
             origin_id=UUID(state["origin_session_id"]),
         )
+    if type_name == "Deleted":
+        return ArchiveEvent(*base, ())
     raise ValueError(f"{type_name} carries no archives")
 
 
@@ -132,6 +135,8 @@ def archive_event_from_event(
             tuple(_archive_facts(a) for a in event.archives),
             origin_id=event.origin_session_id,
         )
+    if isinstance(event, Deleted):
+        return ArchiveEvent(*base, tenant, key, ())
     raise ValueError(f"{type(event).__name__} carries no archives")
 
 
@@ -154,11 +159,18 @@ class ArchivesMerged:
     merged_into: str
 
 
-ArchiveChange = ArchiveCreated | ArchivesMerged
+@dataclass(frozen=True, slots=True)
+class ArchivesRetired:
+    """The session was deleted: none of its archives is live any more (they stay listed)."""
+
+
+ArchiveChange = ArchiveCreated | ArchivesMerged | ArchivesRetired
 
 
 def archive_changes(event: ArchiveEvent) -> list[ArchiveChange]:
     """What ``event`` does to its session's archive history, in order."""
+    if event.type == "Deleted":
+        return [ArchivesRetired()]
     if event.type == "ArchiveMerged":
         merged = event.archives[0]
         return [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from chatledger.domain.events import ArchiveMerged, Committed, Forked
+from chatledger.domain.events import ArchiveMerged, Committed, Deleted, Forked
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.rules import with_merge
 from chatledger.domain.values import ArchiveSummary
@@ -56,6 +56,8 @@ def fold_archive_history(state: ArchiveHistory, event: SessionEvent) -> ArchiveH
                 ArchiveRecord(summary=a, created_version=version) for a in event.archives
             ),
         )
+    if isinstance(event, Deleted):  # no live archives; the records stay (history)
+        return ArchiveHistory(live=(), records=state.records)
     if isinstance(event, Committed):
         return ArchiveHistory(
             live=(*state.live, event.archive),

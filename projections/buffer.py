@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from chatledger.domain.events import Committed, Forked, ItemsRemoved, MessageAdded, TailReplaced
+from chatledger.domain.events import (
+    Committed,
+    Deleted,
+    Forked,
+    ItemsRemoved,
+    MessageAdded,
+    TailReplaced,
+)
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.rules import without_messages
 from chatledger.domain.values import Message
@@ -38,6 +45,8 @@ def fold_buffer(state: Buffer, event: SessionEvent) -> Buffer:
         return Buffer(messages=(*state.messages, event.message))
     if isinstance(event, Committed):
         return Buffer(messages=tuple(without_messages(state.messages, event.archive.message_ids)))
+    if isinstance(event, Deleted):
+        return Buffer()
     if isinstance(event, ItemsRemoved):
         return Buffer(messages=tuple(without_messages(state.messages, event.message_ids)))
     if isinstance(event, TailReplaced):

@@ -8,11 +8,13 @@ from chatledger.domain.events import (
     Closed,
     CommitFailed,
     Committed,
+    Deleted,
     Evicted,
     Forked,
     ItemsRemoved,
     MessageAdded,
     Reactivated,
+    Restarted,
     Started,
     StateChanged,
     TailReplaced,
@@ -58,6 +60,10 @@ def describe_event(event: SessionEvent) -> str:
         return "closed by the client"
     if isinstance(event, Reactivated):
         return f"back in the working set (was {event.previous_status})"
+    if isinstance(event, Deleted):
+        return "deleted: the key starts afresh (history kept)"
+    if isinstance(event, Restarted):
+        return "started afresh after a deletion"
     if isinstance(event, ItemsRemoved):
         return f"{event.reason}: {len(event.message_ids)} items left the buffer (not archived)"
     if isinstance(event, TailReplaced):

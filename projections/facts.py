@@ -22,11 +22,13 @@ from chatledger.domain.events import (
     Closed,
     CommitFailed,
     Committed,
+    Deleted,
     Evicted,
     Forked,
     ItemsRemoved,
     MessageAdded,
     Reactivated,
+    Restarted,
     Started,
     StateChanged,
     TailReplaced,
@@ -139,6 +141,10 @@ def _summary(event: SessionEvent) -> str:
         return "closed by the client"
     if isinstance(event, Reactivated):
         return f"reactivated by a new message (was {event.previous_status})"
+    if isinstance(event, Deleted):
+        return "deleted (the key starts afresh)"
+    if isinstance(event, Restarted):
+        return "started afresh after a deletion"
     if isinstance(event, ItemsRemoved):
         verb = {"remove": "removed", "pop": "popped", "clear": "cleared"}[event.reason]
         return f"{verb} {_count(len(event.message_ids), 'item')} from the buffer"

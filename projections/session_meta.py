@@ -11,11 +11,13 @@ from chatledger.domain.events import (
     ArchiveMerged,
     Closed,
     Committed,
+    Deleted,
     Evicted,
     Forked,
     ItemsRemoved,
     MessageAdded,
     Reactivated,
+    Restarted,
     Started,
     StateChanged,
     TailReplaced,
@@ -86,6 +88,13 @@ def fold_session_meta(state: SessionMeta, event: SessionEvent) -> SessionMeta:
         changes.update(
             message_count=state.message_count + len(event.messages), updated_at=event.timestamp
         )
+    elif isinstance(event, Deleted):
+        changes.update(
+            message_count=0, commit_count=0, archive_count=0, last_commit_at=None,
+            evicted=False, updated_at=event.timestamp,
+        )  # fmt: skip
+    elif isinstance(event, Restarted):
+        changes.update(context=event.context, updated_at=event.timestamp)
     elif isinstance(event, ItemsRemoved | StateChanged):
         changes.update(updated_at=event.timestamp)
     return state.model_copy(update=changes)

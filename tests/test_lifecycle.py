@@ -1,4 +1,4 @@
-"""Starting sessions explicitly, concurrent get-or-create, and eviction."""
+"""Starting sessions explicitly, concurrent get-or-create, eviction and deletion."""
 
 from __future__ import annotations
 
@@ -87,3 +87,57 @@ def test_close_session_records_closed_and_a_message_reopens_it(ledger: SessionLe
     assert ledger.history(ALICE, "s1")[-1].type == "Closed"
     ledger.add_message(ALICE, "s1", "user", "again")
     assert not ledger.session(ALICE, "s1").evicted
+
+
+def test_a_deleted_session_is_gone_but_its_history_stays(ledger: SessionLedger) -> None:
+    """delete_session: reads raise UnknownSession, writes that cannot start one too, the
+    history and every earlier version stay readable, and the chain verifies."""
+    ledger.add_message(ALICE, "d1", "user", "Order 7?")
+    ledger.commit(ALICE, "d1")
+    ledger.update_state(ALICE, "d1", {"k": 1})
+    before = ledger.session(ALICE, "d1").version
+    ledger.delete_session(ALICE, "d1")
+    with pytest.raises(UnknownSession, match="deleted"):
+        ledger.session(ALICE, "d1")
+    with pytest.raises(UnknownSession):
+        ledger.session(ALICE, "d1", at_version=before + 1)
+    assert ledger.session(ALICE, "d1", at_version=before).commit_count == 1
+    for call in (
+        lambda: ledger.commit(ALICE, "d1"),
+        lambda: ledger.evict(ALICE, "d1"),
+        lambda: ledger.close_session(ALICE, "d1"),
+        lambda: ledger.delete_session(ALICE, "d1"),
+        lambda: ledger.items(ALICE, "d1"),
+    ):
+        with pytest.raises(UnknownSession):
+            call()
+    assert ledger.history(ALICE, "d1")[-1].type == "Deleted"
+    assert ledger.verify(ALICE).ok
+    ledger.read_models.catch_up()
+    assert [r.session_key for r in ledger.working_set(ALICE)] == []
+    assert [r.status for r in ledger.working_set(ALICE, include_evicted=True)] == ["deleted"]
+    assert ledger.archives(ALICE, "d1") == []
+    assert [a.live for a in ledger.archives(ALICE, "d1", include_merged=True)] == [False]
+
+
+def test_a_deleted_sessions_key_starts_afresh(ledger: SessionLedger) -> None:
+    """The next message under a deleted key starts a fresh session: no buffer, archives,
+    counters or state from before, a new context."""
+    ledger.add_message(ALICE, "d1", "user", "old", context=ClientContext(cwd="/old"))
+    ledger.commit(ALICE, "d1")
+    ledger.update_state(ALICE, "d1", {"k": 1})
+    ledger.delete_session(ALICE, "d1")
+    ledger.add_message(ALICE, "d1", "user", "new", context=ClientContext(cwd="/new"))
+    view = ledger.session(ALICE, "d1")
+    assert [m.content for m in view.buffer] == ["new"]
+    assert (view.message_count, view.commit_count, view.archives, view.state) == (1, 0, (), {})
+    assert view.context.cwd == "/new" and view.status == "live"
+    assert [e.type for e in ledger.history(ALICE, "d1")][-3:] == [
+        "Deleted", "Restarted", "MessageAdded",
+    ]  # fmt: skip
+    created = ledger.get_or_create(ALICE, "d2")
+    ledger.delete_session(ALICE, "d2")
+    assert ledger.get_or_create(ALICE, "d2")[1] is True and created[1] is True
+    ledger.commit(ALICE, "d1")
+    ledger.read_models.catch_up()
+    assert [a.live for a in ledger.archives(ALICE, "d1", include_merged=True)] == [False, True]

@@ -42,6 +42,7 @@ operation = st.one_of(
     st.tuples(st.just("remove"), st.lists(st.integers(0, 20), min_size=1, max_size=3, unique=True)),
     st.tuples(st.just("replace"), st.integers(1, 3), st.text(max_size=20)),
     st.tuples(st.just("state"), st.dictionaries(st.sampled_from("abc"), st.integers(), max_size=2)),
+    st.tuples(st.just("delete")),
 )
 
 
@@ -54,6 +55,8 @@ def _drive_aggregate(ops: list[tuple[object, ...]]) -> Session:
         if op[0] == "add":
             message = Message(id=new_id(), role=op[1], content=op[2], created_at=now)  # type: ignore[arg-type]
             session.add_message(message, actor=ALICE, timestamp=now)
+        elif session.deleted and op[0] not in ("state", "delete"):
+            continue  # only a new message (or state) starts a deleted session afresh
         elif op[0] in ("commit", "snapshot") and live:
             chosen = live if op[0] == "commit" else [live[i % len(live)] for i in op[1]]  # type: ignore[attr-defined]
             ids = tuple(dict.fromkeys(chosen))
@@ -93,6 +96,8 @@ def _drive_aggregate(ops: list[tuple[object, ...]]) -> Session:
             tail = live[-min(len(live), int(op[1])) :]  # type: ignore[call-overload]
             new = Message(id=new_id(), role="assistant", content=str(op[2]), created_at=now)
             session.replace_tail(tail, [new], actor=ALICE, timestamp=now)
+        elif op[0] == "delete" and not session.deleted:
+            session.delete(actor=ALICE, timestamp=now)
         elif op[0] == "state":
             session.change_state(dict(op[1]), actor=ALICE, timestamp=now)  # type: ignore[call-overload]
     return session

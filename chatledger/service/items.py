@@ -77,6 +77,7 @@ def record_with_state(
     changes to their scopes -- all in one transaction."""
 
     def apply(session: Session) -> list[int]:
+        session.restart_if_deleted(context, actor=principal, timestamp=now)
         versions = []
         for message in messages:
             session.add_message(message, actor=principal, timestamp=now)

@@ -164,6 +164,7 @@ class SessionStore:
         session = self.load(target.session_id)
         if session is None:
             raise UnknownSession(unknown(target.key, target.tenant))
+        session.require_present()  # a deleted session is no session
         return session
 
     def current(self, target: Target) -> Session:
@@ -195,6 +196,11 @@ class SessionStore:
             raise InvalidInput(
                 f"Session {key!r} has only {session.version} versions; "
                 f"at_version {at_version} does not exist yet."
+            )
+        if session.deleted:
+            raise UnknownSession(
+                f"Session {key!r} was deleted at version {at_version} (an earlier version "
+                "shows it as it was)."
             )
         return session
 

@@ -36,6 +36,7 @@ def record_messages(
     """Append ``messages`` to the session (started with ``context`` if new), all or none."""
 
     def apply(session: Session) -> list[int]:
+        session.restart_if_deleted(context, actor=principal, timestamp=now)
         versions = []
         for message in messages:
             session.add_message(message, actor=principal, timestamp=now)
@@ -131,11 +132,14 @@ def get_or_create(
     append conflicts on version 1, it reloads, and finds the winner's."""
     with sessions.lock(target.session_id):
         existing = sessions.load(target.session_id)
-        if existing is not None:
+        if existing is not None and not existing.deleted:
             return existing, False
     moment = now()
 
     def created(session: Session) -> bool:
+        if session.deleted:  # its key starts afresh
+            session.restart_if_deleted(context, actor=principal, timestamp=moment)
+            return True
         return session.version == 1 and bool(session.pending_events)
 
     def create() -> Session:
@@ -192,3 +196,28 @@ def evict(
     )  # fmt: skip
     sessions.forget(target.session_id)
     return evicted
+
+
+def delete(
+    sessions: SessionStore,
+    principal: Principal,
+    target: Target,
+    now: datetime,
+    idempotency_key: str | None,
+    expected_version: int | None,
+) -> None:
+    """Record ``Deleted``: the key starts afresh; the history stays."""
+
+    def apply(session: Session) -> None:
+        session.delete(actor=principal, timestamp=now)
+
+    try:
+        sessions.write(
+            target.session_id,
+            apply,
+            idempotency_key=idempotency_key,
+            expected_version=expected_version,
+        )
+    except AlreadyRecorded:
+        return
+    sessions.forget(target.session_id)
