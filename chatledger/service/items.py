@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from chatledger.adapters.eventstore import KeyedRow
 from chatledger.domain.access import Target, scope_target
 from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import ItemsRemoved, MessageAdded, TailReplaced, new_id
@@ -24,7 +25,6 @@ from chatledger.domain.limits import MAX_NAME_CHARS, Limits, check_json, check_m
 from chatledger.domain.session import Session
 from chatledger.domain.values import ClientContext, Message, Principal, has_control_characters
 from chatledger.results import AddedMessage
-from chatledger.adapters.eventstore import KeyedRow
 from chatledger.service.messages import KEY_REUSED, same_message
 from chatledger.service.sessions import AlreadyRecorded, Part, SessionStore, Written
 
@@ -123,9 +123,11 @@ def _items_recorded(
     pending = recorded[-1][0].pending_tokens if recorded else 0
     return [
         AddedMessage(
-            message_id=message.id, version=row.version, pending_tokens=pending,
+            message_id=message.id,
+            version=row.version,
+            pending_tokens=pending,
             position=row.position,
-        )  # fmt: skip
+        )
         for row, message in recorded
     ]
 
@@ -233,9 +235,11 @@ def replace_tail(
             raise InvalidInput(KEY_REUSED) from None
         return [
             AddedMessage(
-                message_id=m.id, version=row.version, pending_tokens=row.pending_tokens,
+                message_id=m.id,
+                version=row.version,
+                pending_tokens=row.pending_tokens,
                 position=row.position,
-            )  # fmt: skip
+            )
             for m in event.messages
         ]
     return added(messages, written)
