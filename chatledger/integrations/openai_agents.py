@@ -17,9 +17,10 @@ one ``replace_tail`` call (one ``TailReplaced`` event, or
 ``ConcurrencyConflict`` and nothing recorded).
 
 Writes survive the caller's cancellation (the outcome is awaited before the
-cancellation is passed on), and carry an idempotency key so that a write
-whose COMMIT went unanswered (``WriteOutcomeUnknown``, PostgreSQL) is retried
-once without a duplicate. Requires ``pip install 'chatledger[openai-agents]'``.
+cancellation is passed on). On PostgreSQL they carry an idempotency key, so
+that a write whose COMMIT went unanswered (``WriteOutcomeUnknown``) is
+retried once without a duplicate; SQLite cannot leave an outcome unknown.
+Requires ``pip install 'chatledger[openai-agents]'``.
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ class ChatLedgerSession:
         )
         self.principal = principal
         self.account_id = account_id
+        # Only a server database can leave a COMMIT's outcome unknown (WriteOutcomeUnknown);
+        # on SQLite a keyed write would only cost time (a key lookup per write).
+        self.keyed_writes = not str(self.ledger.ledger.settings.url).startswith("sqlite")
         self.session_settings: SessionSettings | None = (
             coerce_session_settings(dict(session_settings))
             if isinstance(session_settings, Mapping)
@@ -176,10 +180,10 @@ class ChatLedgerSession:
             return []
 
     async def _write(self, method: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``method(principal, session_id, *args)`` under a fresh idempotency key, awaited to
-        its outcome (see ``_settled``); tried once more with the same key if that outcome is
-        unknown, so it lands exactly once."""
-        key = f"openai-agents:{uuid.uuid4().hex}"
+        """``method(principal, session_id, *args)`` awaited to its outcome (see ``_settled``);
+        on a server database under a fresh idempotency key, tried once more with the same key
+        if the outcome is unknown, so it lands exactly once."""
+        key = f"openai-agents:{uuid.uuid4().hex}" if self.keyed_writes else None
 
         def call() -> Awaitable[T]:
             return method(
@@ -190,6 +194,8 @@ class ChatLedgerSession:
         try:
             return await _settled(call())
         except WriteOutcomeUnknown:
+            if key is None:
+                raise
             return await _settled(call())
 
 
