@@ -5,6 +5,8 @@
                            # (then `. .venv/bin/activate` to run what it suggests)
     python3 dev.py test    # build the wheel, install it into .venv-test, run the whole suite
     python3 dev.py bench   # benchmarks (installs the `bench` extra into .venv-bench)
+    python3 dev.py agents-sdk-tests  # opt-in: the OpenAI Agents SDK's own session tests,
+                           # on its SQLiteSession and on chatledger (.venv-agents-sdk)
 
 `test` checks what users get: the wheel is built and installed (not editable)
 into a clean venv, and pytest, `mypy --strict -p chatledger` and the import
@@ -103,7 +105,23 @@ def bench(args: list[str]) -> None:
         run(bin_dir / "python", script, *args, cwd=ROOT)
 
 
-COMMANDS = {"demo": demo, "test": test, "bench": bench}
+# What the OpenAI Agents SDK's test files import besides the SDK (its dev dependencies).
+AGENTS_SDK_TEST_DEPENDENCIES = (
+    "pytest", "pytest-asyncio", "pytest-mock", "inline-snapshot", "cryptography", "aiosqlite",
+)  # fmt: skip
+
+
+def agents_sdk_tests(args: list[str]) -> None:
+    bin_dir = ensure_venv(ROOT / ".venv-agents-sdk", fresh=True)
+    python = bin_dir / "python"
+    with tempfile.TemporaryDirectory(prefix="chatledger-agents-sdk-") as scratch:
+        wheel = build_wheel(bin_dir, Path(scratch))
+        run(python, "-m", "pip", "install", "--quiet", f"{wheel}[openai-agents]",
+            *AGENTS_SDK_TEST_DEPENDENCIES)  # fmt: skip
+    run(python, ROOT / "tests" / "integrations" / "run_agents_sdk_tests.py", *args)
+
+
+COMMANDS = {"demo": demo, "test": test, "bench": bench, "agents-sdk-tests": agents_sdk_tests}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:

@@ -16,15 +16,17 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from chatledger.adapters.eventstore import KeyedRow
 from chatledger.domain.access import Target, scope_target
 from chatledger.domain.errors import InvalidInput
-from chatledger.domain.events import MessageAdded, TailReplaced, new_id
+from chatledger.domain.events import ItemsRemoved, MessageAdded, TailReplaced, new_id
 from chatledger.domain.items import describe_item
 from chatledger.domain.limits import MAX_NAME_CHARS, Limits, check_json, check_message
 from chatledger.domain.session import Session
 from chatledger.domain.values import ClientContext, Message, Principal, has_control_characters
 from chatledger.results import AddedMessage
-from chatledger.service.sessions import Part, SessionStore, Written
+from chatledger.service.messages import KEY_REUSED, same_message
+from chatledger.service.sessions import AlreadyRecorded, Part, SessionStore, Written
 
 
 def build_items(limits: Limits, now: datetime, items: Sequence[Mapping[str, Any]]) -> list[Message]:
@@ -97,8 +99,37 @@ def record_with_state(
             for scope, changes in shared.items()
         ),
     ]
-    written = sessions.write_together(parts)[0]
+    try:
+        written = sessions.write_together(parts)[0]
+    except AlreadyRecorded as done:  # a retry with the same key: what the first call returned
+        return _items_recorded(sessions, done.rows, messages)
     return added(messages, written)
+
+
+def _items_recorded(
+    sessions: SessionStore, rows: list[KeyedRow], asked: list[Message]
+) -> list[AddedMessage]:
+    """What a keyed ``add_items`` returned the first time, from the write's stored rows."""
+    recorded = [
+        (row, event.message)
+        for row in rows
+        if isinstance(event := sessions.decode(row.stored), MessageAdded)
+    ][: len(asked)]
+    if len(recorded) != len(asked) or not all(
+        same_message(message, wanted) and message.item == wanted.item
+        for (_, message), wanted in zip(recorded, asked, strict=True)
+    ):
+        raise InvalidInput(KEY_REUSED)
+    pending = recorded[-1][0].pending_tokens if recorded else 0
+    return [
+        AddedMessage(
+            message_id=message.id,
+            version=row.version,
+            pending_tokens=pending,
+            position=row.position,
+        )
+        for row, message in recorded
+    ]
 
 
 def _scope_part(
@@ -157,12 +188,19 @@ def remove(
         session.remove_items(ids, reason=reason, actor=principal, timestamp=now)  # type: ignore[arg-type]
         return taken
 
-    written = sessions.write(
-        target.session_id,
-        apply,
-        idempotency_key=idempotency_key,
-        expected_version=expected_version,
-    )
+    try:
+        written = sessions.write(
+            target.session_id,
+            apply,
+            idempotency_key=idempotency_key,
+            expected_version=expected_version,
+        )
+    except AlreadyRecorded as done:  # a retry with the same key: what the first call returned
+        event = sessions.decode(done.rows[0].stored)
+        if not isinstance(event, ItemsRemoved) or event.reason != reason:
+            raise InvalidInput(KEY_REUSED) from None
+        before = sessions.store.load(target.session_id, done.rows[0].version - 1)
+        return [before.buffer[i] for i in event.message_ids]
     return written.outcome
 
 
@@ -183,12 +221,27 @@ def replace_tail(
         session.replace_tail(expected_ids, messages, actor=principal, timestamp=now)
         return [session.version] * len(messages)
 
-    written = sessions.write(
-        target.session_id,
-        apply,
-        idempotency_key=idempotency_key,
-        expected_version=expected_version,
-    )
+    try:
+        written = sessions.write(
+            target.session_id,
+            apply,
+            idempotency_key=idempotency_key,
+            expected_version=expected_version,
+        )
+    except AlreadyRecorded as done:  # a retry with the same key: what the first call returned
+        row = done.rows[0]
+        event = sessions.decode(row.stored)
+        if not isinstance(event, TailReplaced) or len(event.messages) != len(messages):
+            raise InvalidInput(KEY_REUSED) from None
+        return [
+            AddedMessage(
+                message_id=m.id,
+                version=row.version,
+                pending_tokens=row.pending_tokens,
+                position=row.position,
+            )
+            for m in event.messages
+        ]
     return added(messages, written)
 
 
