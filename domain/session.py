@@ -18,7 +18,12 @@ from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanSnapshotAgg
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ConfigDict, Field
 
-from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, UnknownSession
+from chatledger.domain.errors import (
+    ConcurrencyConflict,
+    InvalidInput,
+    SessionErased,
+    UnknownSession,
+)
 from chatledger.domain.events import (
     ArchiveMerged,
     Closed,
@@ -27,6 +32,7 @@ from chatledger.domain.events import (
     CompactionCleared,
     CompactionPrepared,
     Deleted,
+    Erased,
     Evicted,
     ExtractionAdvanced,
     Forked,
@@ -53,11 +59,13 @@ from chatledger.domain.values import (
 )
 
 DEFAULT_COMPRESS_THRESHOLD = 10
-SessionStatus = Literal["live", "evicted", "closed", "deleted"]
+SessionStatus = Literal["live", "evicted", "closed", "deleted", "erased"]
 LIVE: Final = "live"
 EVICTED: Final = "evicted"
 CLOSED: Final = "closed"
 DELETED: Final = "deleted"
+ERASED_STATUS: Final = "erased"
+ErasureScope = Literal["session", "user", "tenant"]
 
 
 class SessionCounters(NamedTuple):
@@ -97,6 +105,7 @@ class SessionState(BaseModel):
     watermark: int = 0
     extraction_summary: str = ""
     pending_compaction: CompactionToken | None = None
+    erased: bool = False
 
 
 class Session(BaseAggregate[UUID]):
@@ -120,6 +129,7 @@ class Session(BaseAggregate[UUID]):
         self.closed = False  # evicted because its client closed it
         self.state: dict[str, Any] = {}  # the key-value state (StateChanged)
         self.deleted = False  # Deleted: the key starts afresh (Restarted)
+        self.erased = False  # Erased: its content is gone; no more writes
         self.task = TaskState()  # the agent's working state (TaskStateChanged)
         self.watermark = 0  # live items a background extractor has read (ExtractionAdvanced)
         self.extraction_summary = ""
@@ -164,6 +174,11 @@ class Session(BaseAggregate[UUID]):
         timestamp: datetime,
     ) -> Session:
         """A new session in the origin's tenant carrying the origin's current state."""
+        if origin.erased:
+            raise SessionErased(
+                f"Session {origin.key!r} was erased: there is no content left to fork. "
+                "Nothing was recorded."
+            )
         return cls._create(
             Forked,
             id=session_id(origin.tenant, key),
@@ -213,6 +228,23 @@ class Session(BaseAggregate[UUID]):
             self.trigger_event(
                 Restarted, context=context or ClientContext(), actor=actor, timestamp=timestamp
             )
+
+    def erase(
+        self,
+        scope: ErasureScope,
+        key_ids: Sequence[str],
+        *,
+        actor: Principal,
+        timestamp: datetime,
+    ) -> bool:
+        """Record that the session's content was erased (its keys destroyed by the caller);
+        ``False`` if it was erased already (then nothing is recorded)."""
+        if self.erased:
+            return False
+        self.trigger_event(
+            Erased, scope=scope, key_ids=tuple(key_ids), actor=actor, timestamp=timestamp
+        )
+        return True
 
     def require_present(self) -> None:
         """``UnknownSession`` for a deleted session (a write that cannot start one)."""
@@ -482,8 +514,14 @@ class Session(BaseAggregate[UUID]):
 
         The same steps as the library's version without its per-call dictionary
         copies and topic checks, on the ledger's hottest path. Every command
-        passes ``timestamp`` (time is injected, never read here).
+        passes ``timestamp`` (time is injected, never read here). An erased session
+        refuses every event (``SessionErased``).
         """
+        if self.erased:
+            raise SessionErased(
+                f"Session {self.key!r} was erased: its content is gone and it takes no more "
+                "writes. Start a new session under another key. Nothing was recorded."
+            )
         if self._write_key is not None:
             kwargs["idempotency_key"], self._write_key = self._write_key, None
         event = event_class(originator_id=self.id, originator_version=self.version + 1, **kwargs)
@@ -523,7 +561,9 @@ class Session(BaseAggregate[UUID]):
 
     @property
     def status(self) -> SessionStatus:
-        """LIVE, or why it left the working set: EVICTED or CLOSED."""
+        """LIVE, or why it left the working set: EVICTED or CLOSED (or DELETED, ERASED)."""
+        if self.erased:
+            return ERASED_STATUS
         if self.deleted:
             return DELETED
         if not self.evicted:
@@ -594,6 +634,7 @@ class Session(BaseAggregate[UUID]):
             watermark=self.watermark,
             extraction_summary=self.extraction_summary,
             pending_compaction=self.pending_compaction,
+            erased=self.erased,
         )
 
     @classmethod
@@ -624,6 +665,7 @@ class Session(BaseAggregate[UUID]):
         session.watermark = state.watermark
         session.extraction_summary = state.extraction_summary
         session.pending_compaction = state.pending_compaction
+        session.erased = state.erased
         session.rebuilt_from = (version, session.state_items)
         return session
 
