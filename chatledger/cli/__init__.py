@@ -6,6 +6,7 @@ The commands live in group modules, which this module imports and merges into
 - ``inspection``: show, context, log, diff, fork, sessions, usage
 - ``integrity``: verify, export, import
 - ``operations``: project, rebuild, migrate
+- ``erasure``: erase
 - ``demo``: demo
 - ``web``: serve (the viewer, from the ``web`` extra)
 
@@ -21,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from chatledger.cli import demo, inspection, integrity, operations, web
+from chatledger.cli import demo, erasure, inspection, integrity, operations, web
 from chatledger.cli.common import Command, ExitCode, Group
 
 __all__ = ["ExitCode", "app", "main", "projector_main"]
@@ -37,7 +38,14 @@ app = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
-for _group in (inspection.group, integrity.group, operations.group, demo.group, web.group):
+for _group in (
+    inspection.group,
+    integrity.group,
+    erasure.group,
+    operations.group,
+    demo.group,
+    web.group,
+):
     app.add_typer(_group)
 
 

@@ -51,7 +51,7 @@ from chatledger.results import (
 from chatledger.service.sessions import SessionStore, unknown
 
 ORDERS = ("last_activity", "created", "key", "pending_tokens")
-STATUSES = ("live", "evicted", "closed")
+STATUSES = ("live", "evicted", "closed", "erased")
 MAX_SEARCH = 256
 MAX_PAGE = 10_000
 
@@ -81,7 +81,7 @@ class ReadModelQueries:
 
         ``order="pending_tokens"`` puts the sessions with most uncommitted tokens
         first; ``status`` keeps only sessions of that status (``live``,
-        ``evicted`` or ``closed``; it overrides ``include_evicted``); ``search``
+        ``evicted``, ``closed`` or ``erased``; it overrides ``include_evicted``); ``search``
         keeps sessions whose key contains the text, ignoring case.
         """
         if order not in ORDERS:

@@ -1,0 +1,118 @@
+"""``KeyRing``: the data keys one ledger seals and opens content with, cached.
+
+It sits between the event store and the ``KeyStore`` port: which key seals a
+session's new events (the session's own key, or its user's: ``key_scope``),
+and which cipher opens a stored key id -- both remembered for ``ttl`` seconds,
+so appends and loads do not ask the key store each time. Another process that
+destroys a key is noticed when the entry expires; this process's own erasures
+drop the entries at once (``forget``). A new session always asks the store, so
+a user key destroyed elsewhere is never used for a session started here later.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from chatledger.adapters.sealing import seal_body
+from chatledger.domain.ports import ArchiveBody, KeyOwner, KeyScope, KeyStore
+from chatledger.domain.session import Session
+
+_MAX_ENTRIES = 10_000
+
+
+class KeyRing:
+    """Sealing keys by session and ciphers by key id, in front of a key store."""
+
+    def __init__(
+        self,
+        store: KeyStore,
+        *,
+        scope: KeyScope,
+        seal: bool,
+        ttl: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.scope = scope
+        self.seal = seal  # whether new content is encrypted (setting ``encryption``)
+        self.ttl = ttl
+        self._monotonic = monotonic
+        self._sealing: OrderedDict[int, tuple[float, str, AESGCM]] = OrderedDict()
+        self._ciphers: OrderedDict[str, tuple[float, AESGCM | None]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def owner_of(self, session: Session) -> KeyOwner:
+        """Whose key seals ``session``: its own, or that of the user who started it."""
+        if self.scope == "session":
+            return KeyOwner(scope="session", tenant=session.tenant, session_id=session.id)
+        return KeyOwner(scope="user", tenant=session.tenant, user_id=session.started_by.user_id)
+
+    def sealing_key(self, session: Session, at: datetime, *, new: bool) -> tuple[str, AESGCM]:
+        """The key id and cipher that seal ``session``'s new content (``SessionErased`` if
+        its own key was destroyed); ``new``: the session is being started (ask the store)."""
+        now = self._monotonic()
+        sid = session.id.int
+        if not new:
+            with self._lock:
+                entry = self._sealing.get(sid)
+                if entry is not None and now - entry[0] < self.ttl:
+                    self._sealing.move_to_end(sid)
+                    return entry[1], entry[2]
+        key = self.store.key_for(self.owner_of(session), at)
+        cipher = AESGCM(key.material)
+        with self._lock:
+            self._sealing[sid] = (now, key.key_id, cipher)
+            self._sealing.move_to_end(sid)
+            self._ciphers[key.key_id] = (now, cipher)
+            self._trim()
+        return key.key_id, cipher
+
+    def archive_sealer(
+        self, session: Session, at: datetime
+    ) -> Callable[[ArchiveBody], ArchiveBody] | None:
+        """What encrypts ``session``'s archive bodies (``None`` with encryption off)."""
+        if not self.seal:
+            return None
+        key_id, cipher = self.sealing_key(session, at, new=False)
+        return lambda body: seal_body(body, key_id, cipher)
+
+    def cipher(self, key_id: str) -> AESGCM | None:
+        """The cipher of a stored key id; ``None`` if the key is destroyed (content erased)."""
+        now = self._monotonic()
+        with self._lock:
+            entry = self._ciphers.get(key_id)
+            if entry is not None and now - entry[0] < self.ttl:
+                self._ciphers.move_to_end(key_id)
+                return entry[1]
+        material = self.store.get(key_id)
+        cipher = None if material is None else AESGCM(material)
+        with self._lock:
+            self._ciphers[key_id] = (now, cipher)
+            self._ciphers.move_to_end(key_id)
+            self._trim()
+        return cipher
+
+    def forget(self, key_ids: Iterable[str] = (), session_ids: Iterable[Any] = ()) -> None:
+        """Drop cached keys (after this ledger destroyed them)."""
+        with self._lock:
+            gone = set(key_ids)
+            for key_id in gone:
+                self._ciphers.pop(key_id, None)
+            for sid in session_ids:
+                self._sealing.pop(sid.int, None)
+            for sid, entry in list(self._sealing.items()):
+                if entry[1] in gone:
+                    del self._sealing[sid]
+
+    def _trim(self) -> None:
+        while len(self._sealing) > _MAX_ENTRIES:
+            self._sealing.popitem(last=False)
+        while len(self._ciphers) > _MAX_ENTRIES:
+            self._ciphers.popitem(last=False)

@@ -1,0 +1,62 @@
+"""The erasure part of ``SessionLedger``: erase a session, a user's sessions, an account.
+
+``ErasureOperations`` is mixed into ``SessionLedger``; each method checks its
+arguments, applies the tenant rule and makes one call into
+``chatledger.service.erasure`` (what is erased and what stays:
+docs/erasure.md).
+"""
+
+from __future__ import annotations
+
+from chatledger.boundary import public
+from chatledger.domain.access import check_principal, query_scope
+from chatledger.domain.errors import AccessDenied, InvalidInput
+from chatledger.domain.identity import validate_key
+from chatledger.domain.values import Principal
+from chatledger.ledger_base import LedgerBase
+from chatledger.results import ErasureResult
+from chatledger.service import erasure
+
+
+class ErasureOperations(LedgerBase):
+    """erase, erase_user, erase_tenant (mixed into ``SessionLedger``)."""
+
+    @public
+    def erase(
+        self, principal: Principal, key: str, *, account_id: str | None = None
+    ) -> ErasureResult:
+        """Erase the session's content: destroy its data key and record ``Erased``.
+
+        Afterwards its content reads as erased everywhere (now, at every earlier
+        version, in exports and read models) while event types, actors, times,
+        counters and the hash chain stay, so ``verify`` still passes. The session
+        takes no more writes (``SessionErased``). Erasing it again records nothing
+        (it is listed under ``already_erased``). With ``key_scope = "user"`` a
+        session shares its user's key and is erased with ``erase_user`` instead.
+        """
+        found = self._target(principal, key, account_id)
+        return erasure.erase_session(self.core, principal, found)
+
+    @public
+    def erase_user(
+        self, principal: Principal, user_id: str, *, account_id: str | None = None
+    ) -> ErasureResult:
+        """Erase every session ``user_id`` started in the account (the principal's own, or
+        ``account_id`` for an admin): their keys -- the user's key too -- destroyed, an
+        ``Erased`` in each. Shared state scopes belong to the account and stay."""
+        check_principal(principal)
+        self.core.check_open()
+        if not isinstance(user_id, str) or len(user_id) > 256:
+            raise InvalidInput("user_id must be a str of at most 256 characters.")
+        tenant = query_scope(principal, account_id) or principal.account_id
+        return erasure.erase_user(self.core, principal, tenant, user_id)
+
+    @public
+    def erase_tenant(self, principal: Principal, account_id: str) -> ErasureResult:
+        """Erase every session of an account, its shared state scopes too (admins only)."""
+        check_principal(principal)
+        self.core.check_open()
+        validate_key(account_id, what="account id")
+        if not principal.is_admin:
+            raise AccessDenied("Only admins may erase a whole account; nothing was erased.")
+        return erasure.erase_tenant(self.core, principal, account_id)
