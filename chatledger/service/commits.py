@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from chatledger.adapters.eventstore import KeyedRow
+from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target
 from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, StoreUnavailable
 from chatledger.domain.events import ArchiveMerged, Committed, new_id

@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from chatledger.adapters.eventstore import query_audit
 from chatledger.adapters.projector import store_errors
+from chatledger.adapters.queries import query_audit
 from chatledger.adapters.read_models import (
     query_archives,
     query_idle,

@@ -20,7 +20,7 @@ from uuid import UUID
 from eventsourcing.persistence import IntegrityError
 
 from chatledger.adapters.chain import ChainRow, first_breaks
-from chatledger.adapters.eventstore import EventStoreApplication
+from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.errors import InvalidInput
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
