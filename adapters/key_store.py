@@ -7,7 +7,8 @@ destruction (the material is then gone from the row). ``purge`` then makes
 the old bytes unrecoverable from the database files as far as the database
 allows: SQLite runs with ``secure_delete`` (freed space is zeroed) and the
 write-ahead log is checkpointed and truncated; PostgreSQL rewrites the table
-(``VACUUM FULL``), which drops the dead row versions that still held the key.
+into a new file (``TRUNCATE`` and re-insert, in one transaction), so the dead
+row versions that still held the key go with the old file.
 What neither can reach -- PostgreSQL's WAL archive, replicas, backups -- is
 in docs/erasure.md (use a key management service behind the port for that).
 ``InMemoryKeyStore`` is for tests and embedding.
@@ -24,22 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    Connection,
-    Engine,
-    Index,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
-    Text,
-    Uuid,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import Connection, Engine, Table, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -52,40 +38,6 @@ from chatledger.domain.timestamps import from_micros, to_micros
 def new_key_id() -> str:
     """A fresh key id: 96 random bits, hex."""
     return "k" + os.urandom(12).hex()
-
-
-def define_keys_table(metadata: MetaData) -> Table:
-    """The key table, in the store's ``metadata`` (created with it; revision 0006)."""
-    return Table(
-        "chatledger_keys",
-        metadata,
-        Column("key_id", String(64), primary_key=True),
-        Column("scope", String(16), nullable=False),
-        Column("tenant", Text, nullable=False),
-        Column("user_id", Text, nullable=False),
-        Column("session_id", Uuid(as_uuid=True), nullable=True),
-        Column("material", LargeBinary, nullable=True),  # NULL once destroyed
-        Column("created_at_us", BigInteger, nullable=False),
-        Column("destroyed_at_us", BigInteger, nullable=True),
-        # One key per session, ever (a destroyed one is never replaced: the session is erased).
-        Index(
-            "chatledger_keys_session",
-            "session_id",
-            unique=True,
-            sqlite_where=text("scope = 'session'"),
-            postgresql_where=text("scope = 'session'"),
-        ),
-        # One live key per user of an account (after erasure a new one may start).
-        Index(
-            "chatledger_keys_user",
-            "tenant",
-            "user_id",
-            unique=True,
-            sqlite_where=text("scope = 'user' AND destroyed_at_us IS NULL"),
-            postgresql_where=text("scope = 'user' AND destroyed_at_us IS NULL"),
-        ),
-        Index("chatledger_keys_owner", "tenant", "user_id"),
-    )
 
 
 def _owned(owner: KeyOwner) -> tuple[Any, ...]:
@@ -307,25 +259,34 @@ class SqlKeyStore:
             connection.execute(self.table.insert(), row)
 
     def purge(self) -> None:
-        """SQLite: checkpoint the WAL into the (securely deleting) file and truncate it;
-        PostgreSQL: rewrite the key table without its dead row versions."""
+        """SQLite: checkpoint the WAL into the (securely deleting) file and truncate it.
+
+        PostgreSQL: rewrite the key table into a new file, so the dead row versions that
+        still hold destroyed keys go with the old one. ``VACUUM FULL`` would keep any
+        version an open transaction of the database may still see; ``TRUNCATE`` (under
+        an exclusive lock, the rows put back in the same transaction) drops the old file
+        whatever other transactions hold.
+        """
+        name = self.table.name
         with self._errors("purge destroyed keys from the database files"):
             if self.sqlite:
                 with self.engine.connect() as connection:
                     connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            else:
-                with self.engine.connect() as plain:
-                    connection = plain.execution_options(isolation_level="AUTOCOMMIT")
-                    connection.exec_driver_sql(f"VACUUM FULL {self.table.name}")
+                return
+            with self.engine.begin() as connection:
+                connection.exec_driver_sql(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE")
+                connection.exec_driver_sql(
+                    f"CREATE TEMPORARY TABLE {name}_kept ON COMMIT DROP AS SELECT * FROM {name}"
+                )
+                connection.exec_driver_sql(f"TRUNCATE {name}")
+                connection.exec_driver_sql(f"INSERT INTO {name} SELECT * FROM {name}_kept")
 
     # ------------------------------------------------------------ plumbing
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        """A write transaction (SQLite: taking the write lock at once, zeroing what it
-        frees, so no destroyed key stays behind in the file's free space)."""
+        """A write transaction (SQLite: taking the write lock at once; its connections
+        zero what they free, see ``adapters.database``)."""
         with self.engine.connect() as plain:
-            if self.sqlite:
-                plain.exec_driver_sql("PRAGMA secure_delete=ON")
             connection = plain.execution_options(sqlite_begin="IMMEDIATE")
             with connection.begin():
                 yield connection

@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +48,7 @@ class KeyRing:
         self._sealing: OrderedDict[int, tuple[float, str, AESGCM]] = OrderedDict()
         self._ciphers: OrderedDict[str, tuple[float, AESGCM | None]] = OrderedDict()
         self._lock = threading.Lock()
+        self._overlay: dict[str, AESGCM | None] = {}
 
     def owner_of(self, session: Session) -> KeyOwner:
         """Whose key seals ``session``: its own, or that of the user who started it."""
@@ -85,6 +87,8 @@ class KeyRing:
 
     def cipher(self, key_id: str) -> AESGCM | None:
         """The cipher of a stored key id; ``None`` if the key is destroyed (content erased)."""
+        if key_id in self._overlay:
+            return self._overlay[key_id]
         now = self._monotonic()
         with self._lock:
             entry = self._ciphers.get(key_id)
@@ -98,6 +102,16 @@ class KeyRing:
             self._ciphers.move_to_end(key_id)
             self._trim()
         return cipher
+
+    @contextmanager
+    def overlay(self, keys: Mapping[str, bytes | None]) -> Iterator[None]:
+        """While it lasts, these keys (material, or ``None``: destroyed) open content before
+        the store's (an import checks a file with the keys the file brings)."""
+        self._overlay = {k: None if m is None else AESGCM(m) for k, m in keys.items()}
+        try:
+            yield
+        finally:
+            self._overlay = {}
 
     def forget(self, key_ids: Iterable[str] = (), session_ids: Iterable[Any] = ()) -> None:
         """Drop cached keys (after this ledger destroyed them)."""

@@ -6,6 +6,10 @@ pydantic's JSON encoder and rebuilds through the model, running the
 ``class_version`` / ``upcast_vN_vN+1`` convention on older records (which the
 documented pydantic mapper recipe does not). The stored event also carries the
 event's timestamp in its own column, so "as of time T" needs no decoding.
+
+Given a sealing key, the content of an event is encrypted into its payload
+(``chatledger.adapters.sealing``); reading opens it with the key the payload
+names (``ciphers``), or gives its erased form when that key is destroyed.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
+from chatledger.adapters.sealing import PARTS, SEALED, Ciphers, open_sealed, row_aad, seal
 from chatledger.domain.timestamps import to_micros
 
 _new_stored = object.__new__
@@ -47,10 +53,20 @@ class JSONBytesTranscoder(Transcoder):
         return json.loads(data)
 
 
+def _no_ciphers(key_id: str) -> AESGCM | None:
+    return None
+
+
 class PydanticMapper(Mapper[UUID]):
     """Maps pydantic domain events to and from ``TimedStoredEvent`` records."""
 
-    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+    ciphers: Ciphers = staticmethod(_no_ciphers)  # set by the application: opens sealed content
+
+    def to_stored_event(
+        self, domain_event: Any, sealing: tuple[str, AESGCM] | None = None
+    ) -> StoredEvent:
+        """The stored form of an event (or snapshot); with ``sealing`` (key id and cipher)
+        its content is encrypted."""
         model: BaseModel = domain_event
         cls = type(model)
         class_version: int = getattr(cls, "class_version", 1)
@@ -59,7 +75,17 @@ class PydanticMapper(Mapper[UUID]):
             if getattr(model, "idempotency_key", None) is None
             else _ORIGINATOR_FIELDS
         )
-        if class_version > 1:
+        parts = PARTS.get(cls) if sealing is not None else None
+        if parts is not None and sealing is not None:
+            payload = model.model_dump(mode="json", exclude=exclude)
+            aad = row_aad(
+                domain_event.originator_id, domain_event.originator_version, get_topic(cls)
+            )
+            seal(parts, payload, sealing[0], sealing[1], aad)
+            if class_version > 1:
+                payload["class_version"] = class_version
+            data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        elif class_version > 1:
             payload = model.model_dump(mode="json", exclude=exclude)
             payload["class_version"] = class_version
             data = json.dumps(payload, separators=(",", ":")).encode()
@@ -90,6 +116,15 @@ class PydanticMapper(Mapper[UUID]):
                 data = self.compressor.decompress(data)
             state: dict[str, Any] = _decode_json(data.decode())
             cls = resolve_topic(stored_event.topic)
+            sealed = state.pop(SEALED, None)
+            if sealed is not None:
+                originator = stored_event.originator_id
+                aad = row_aad(
+                    originator if isinstance(originator, UUID) else UUID(str(originator)),
+                    stored_event.originator_version,
+                    stored_event.topic,
+                )
+                open_sealed(PARTS.get(cls, ()), state, sealed, self.ciphers, aad)
             from_version = state.pop("class_version", 1)
             class_version = getattr(cls, "class_version", 1)
             while from_version < class_version:

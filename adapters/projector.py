@@ -56,13 +56,6 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.append_postgres import append_channel
-from chatledger.adapters.eventstore import (
-    CARRIES_ARCHIVES,
-    LOG_START,
-    LogCursor,
-    events_table,
-    orders_by_transaction,
-)
 from chatledger.adapters.read_models import (
     STAGE_COLUMNS,
     Span,
@@ -71,6 +64,13 @@ from chatledger.adapters.read_models import (
     skips_table,
     stage_table,
     tracking_table,
+)
+from chatledger.adapters.schema import (
+    CARRIES_ARCHIVES,
+    LOG_START,
+    LogCursor,
+    events_table,
+    orders_by_transaction,
 )
 from chatledger.domain.errors import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.events import EVENT_TYPES

@@ -19,9 +19,10 @@ from uuid import UUID
 from eventsourcing.utils import resolve_topic
 from sqlalchemy import delete, select
 
-from chatledger.adapters.eventstore import EventStoreApplication, events_table, snapshots_table
 from chatledger.adapters.projector import store_errors
+from chatledger.adapters.schema import events_table, snapshots_table
 from chatledger.adapters.sealing import PARTS, holds_plain_content, key_id_of
+from chatledger.adapters.store import EventStoreApplication
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,6 @@ def delete_snapshots(store: EventStoreApplication, sid: UUID) -> int:
     engine = store.event_recorder.engine
     statement = delete(snapshots_table).where(snapshots_table.c.originator_id == sid)
     with store_errors("delete the snapshots of an erased session"), engine.connect() as plain:
-        if engine.dialect.name == "sqlite":
-            plain.exec_driver_sql("PRAGMA secure_delete=ON")
         connection = plain.execution_options(sqlite_begin="IMMEDIATE")
         with connection.begin():
             return int(connection.execute(statement).rowcount or 0)

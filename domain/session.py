@@ -246,6 +246,15 @@ class Session(BaseAggregate[UUID]):
         )
         return True
 
+    def require_writable(self) -> None:
+        """``SessionErased`` for an erased session (it takes no more writes)."""
+        if self.erased:
+            raise SessionErased(
+                f"Session {self.key!r} was erased: its content is gone; it takes no more writes "
+                "and cannot be forked. Start a new session under another key. Nothing was "
+                "recorded."
+            )
+
     def require_present(self) -> None:
         """``UnknownSession`` for a deleted session (a write that cannot start one)."""
         if self.deleted:
@@ -518,10 +527,7 @@ class Session(BaseAggregate[UUID]):
         refuses every event (``SessionErased``).
         """
         if self.erased:
-            raise SessionErased(
-                f"Session {self.key!r} was erased: its content is gone and it takes no more "
-                "writes. Start a new session under another key. Nothing was recorded."
-            )
+            self.require_writable()
         if self._write_key is not None:
             kwargs["idempotency_key"], self._write_key = self._write_key, None
         event = event_class(originator_id=self.id, originator_version=self.version + 1, **kwargs)

@@ -8,7 +8,6 @@ hash chain stay -- ``verify`` still passes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -25,36 +24,8 @@ from chatledger import (
     SessionLedger,
     UnknownSession,
 )
+from erasure_support import SECRET, fill, holds_secret
 from support import ADMIN, ALICE, BOB
-
-SECRET = "Zanzibar-7731"
-SEARCH = {"tool_name": "search", "prompt_tokens": 10, "completion_tokens": 5}
-
-
-def fill(ledger: SessionLedger, key: str = "s1", principal: Any = ALICE) -> None:
-    """A session whose every kind of content holds SECRET."""
-    ledger.add_message(principal, key, "user", f"My code is {SECRET}, keep it safe.")
-    ledger.add_message(principal, key, "tool", f"lookup {SECRET}", tool_call=SEARCH)
-    ledger.add_items(
-        principal,
-        key,
-        [
-            {"type": "function_call", "call_id": "c1", "name": "vault", "arguments": SECRET},
-            {"type": "function_call_output", "call_id": "c1", "output": f"ok {SECRET}"},
-        ],
-    )
-    ledger.update_state(principal, key, {"code": SECRET})
-    ledger.set_task(principal, key, {"objective": f"Protect {SECRET}", "constraints": [SECRET]})
-    ledger.commit(principal, key)
-    ledger.add_message(principal, key, "assistant", f"Noted {SECRET}.")
-    ledger.advance_extraction(principal, key, 1, f"found {SECRET}")
-
-
-def holds_secret(value: object) -> bool:
-    """Whether ``value`` (any result, as JSON) still says SECRET."""
-    if hasattr(value, "model_dump_json"):
-        return SECRET in value.model_dump_json()
-    return SECRET in json.dumps(value, default=str)
 
 
 def test_an_erased_session_reads_as_erased_and_keeps_its_facts(ledger: SessionLedger) -> None:
@@ -94,7 +65,7 @@ def test_time_travel_to_before_the_erasure_shows_erased_content(ledger: SessionL
     fill(ledger)
     first = ledger.history(ALICE, "s1")[0]
     ledger.erase(ALICE, "s1")
-    view = ledger.session(ALICE, "s1", at_version=1)
+    view = ledger.session(ALICE, "s1", at_version=2)
     assert view.buffer[0].content == ERASED and view.buffer[0].tokens > 1
     assert not holds_secret(ledger.session(ALICE, "s1", at_time=first.timestamp))
     assert not holds_secret(ledger.diff(ALICE, "s1", 1, 6))

@@ -4,7 +4,8 @@ What is scanned, and why it proves the point (docs/erasure.md, "Proving erasure"
 
 * SQLite: the database file and its write-ahead log, byte for byte.
 * PostgreSQL: every relation file of the ledger's schema -- tables, their TOAST
-  tables and indexes -- read with ``pg_read_binary_file`` after a ``CHECKPOINT``
+  tables and indexes, and every file they had before (a table rewrite moves it
+  to a new file) -- read with ``pg_read_binary_file`` after a ``CHECKPOINT``
   has written every dirty page to them.
 
 Content is encrypted before it reaches the database, so a known plaintext is
@@ -22,8 +23,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from chatledger import SessionLedger
+from erasure_support import SECRET, fill
 from support import ALICE
-from test_erasure import SECRET, fill
 
 
 def _sqlite_bytes(url: str) -> bytes:
@@ -31,32 +32,38 @@ def _sqlite_bytes(url: str) -> bytes:
     return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
-def _postgres_bytes(url: str) -> bytes:
-    """Every relation file of the schema ``url`` works in (after a checkpoint)."""
-    engine = create_engine(url)
-    try:
-        with engine.connect() as connection:
-            connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
-                "CHECKPOINT"
-            )
-            paths = connection.execute(
-                text(
-                    "SELECT pg_relation_filepath(c.oid) FROM pg_class c "
-                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                    "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'i', 'S') "
-                    "UNION SELECT pg_relation_filepath(c.reltoastrelid) FROM pg_class c "
-                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                    "WHERE n.nspname = current_schema() AND c.reltoastrelid <> 0"
+_RELATION_FILES = (
+    "SELECT pg_relation_filepath(c.oid) FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'i', 'S') "
+    "UNION SELECT pg_relation_filepath(c.reltoastrelid) FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = current_schema() AND c.reltoastrelid <> 0"
+)
+
+
+class PostgresFiles:
+    """The relation files of the test's schema -- every one seen so far, so that a file a
+    table left (a rewrite gives it a new one) is read again too (``missing_ok``)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seen: set[str] = set()
+
+    def __call__(self) -> bytes:
+        engine = create_engine(self.url)
+        try:
+            with engine.connect() as connection:
+                connection.execution_options(isolation_level="AUTOCOMMIT")
+                connection.exec_driver_sql("CHECKPOINT")
+                self.seen |= {p for p in connection.execute(text(_RELATION_FILES)).scalars() if p}
+                assert self.seen, "no relation files found"
+                read = text("SELECT pg_read_binary_file(:p, 0, 100000000, true)")
+                return b"".join(
+                    bytes(connection.execute(read, {"p": p}).scalar() or b"") for p in self.seen
                 )
-            ).scalars()
-            files = [p for p in paths if p]
-            assert files, "no relation files found"
-            return b"".join(
-                bytes(connection.execute(text("SELECT pg_read_binary_file(:p)"), {"p": p}).scalar())
-                for p in files
-            )
-    finally:
-        engine.dispose()
+        finally:
+            engine.dispose()
 
 
 @pytest.fixture
@@ -64,7 +71,7 @@ def raw_bytes(backend: str, database_url: str) -> Callable[[], bytes]:
     """Reads the raw bytes of the test database (see the module docstring)."""
     if backend == "sqlite":
         return lambda: _sqlite_bytes(database_url)
-    return lambda: _postgres_bytes(database_url)
+    return PostgresFiles(database_url)
 
 
 @pytest.fixture

@@ -13,16 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from chatledger.adapters.chain_key import check_chain_key
 from chatledger.adapters.database import SQLAlchemyError, create_store_engine, sqlite_file
-from chatledger.adapters.eventstore import (
-    EventStoreApplication,
-    check_chain_key,
-    create_tables,
-    keys_table,
-    require_tables,
-)
 from chatledger.adapters.key_store import SqlKeyStore
 from chatledger.adapters.keyring import KeyRing
+from chatledger.adapters.schema import create_tables, keys_table, require_tables
+from chatledger.adapters.store import EventStoreApplication
 from chatledger.adapters.summarizer import ExtractiveSummarizer
 from chatledger.domain.errors import (
     InvalidSettings,
@@ -89,7 +85,9 @@ def build(
     return Core(settings, limits, now, store, sessions, commits)
 
 
-def open_store(settings: LedgerSettings, key_store: KeyStore | None = None) -> EventStoreApplication:
+def open_store(
+    settings: LedgerSettings, key_store: KeyStore | None = None
+) -> EventStoreApplication:
     """The event store at ``settings.url``: created or upgraded with ``create_tables``,
     else only checked (``LedgerNotFound`` for a missing ledger); the chain key checked;
     content sealed with keys from ``key_store`` (default: the database's key table)."""

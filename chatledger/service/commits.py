@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from chatledger.adapters.eventstore import KeyedRow
+from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target
 from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, StoreUnavailable
 from chatledger.domain.events import ArchiveMerged, Committed, new_id
@@ -120,6 +120,7 @@ class CommitRunner:
                 return self._commit_recorded(rows)
         with self.sessions.lock(sid):
             session = self.sessions.require(target)
+            session.require_writable()
             if expected_version is not None:
                 check_expected(session, expected_version)
             if message_ids is not None:
@@ -338,6 +339,7 @@ class CommitRunner:
         check_int(max_count, "max_count", minimum=2)
         with self.sessions.lock(sid):
             current = self.sessions.require(target)
+            current.require_writable()
             if expected_version is not None:
                 check_expected(current, expected_version)
             live = list(current.archives)

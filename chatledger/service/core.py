@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from chatledger.adapters.eventstore import EventStoreApplication
+from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.errors import InvalidSettings, StoreUnavailable
 from chatledger.domain.limits import Limits
 from chatledger.service.commits import CommitRunner

@@ -69,9 +69,7 @@ def erase_session(core: Core, principal: Principal, target: Target) -> ErasureRe
     return _erase(core, principal, "session", target.tenant, None, erasing, key_ids)
 
 
-def erase_user(
-    core: Core, principal: Principal, tenant: str, user_id: str
-) -> ErasureResult:
+def erase_user(core: Core, principal: Principal, tenant: str, user_id: str) -> ErasureResult:
     """Erase every session ``user_id`` started in ``tenant`` (``erase_user``); shared state
     scopes are the account's, not the user's, and stay."""
     keys = core.store.keyring.store
@@ -121,9 +119,7 @@ def _erase(
     snapshots = unencrypted = 0
     destroyed = set(key_ids)
     for item in erasing:
-        named = sorted(
-            item.found.key_ids | {r.key_id for r in keys.records(session_id=item.sid)}
-        )
+        named = sorted(item.found.key_ids | {r.key_id for r in keys.records(session_id=item.sid)})
         written = core.sessions.write(
             item.sid,
             lambda session, named=named: session.erase(  # type: ignore[misc]

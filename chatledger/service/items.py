@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chatledger.adapters.eventstore import KeyedRow
+from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target, scope_target
 from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import ItemsRemoved, MessageAdded, TailReplaced, new_id

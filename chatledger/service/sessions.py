@@ -28,7 +28,8 @@ from uuid import UUID
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
-from chatledger.adapters.eventstore import EventStoreApplication, KeyedRow
+from chatledger.adapters.recorders import KeyedRow
+from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.access import Target
 from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, UnknownSession
 from chatledger.domain.eventsourced import SessionEvent

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from chatledger.adapters.eventstore import KeyedRow
+from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target
 from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import Closed, Evicted, MessageAdded
