@@ -78,9 +78,7 @@ class PydanticMapper(Mapper[UUID]):
         parts = PARTS.get(cls) if sealing is not None else None
         if parts is not None and sealing is not None:
             payload = model.model_dump(mode="json", exclude=exclude)
-            aad = row_aad(
-                domain_event.originator_id, domain_event.originator_version, get_topic(cls)
-            )
+            aad = row_aad(domain_event.originator_id, get_topic(cls))
             seal(parts, payload, sealing[0], sealing[1], aad)
             if class_version > 1:
                 payload["class_version"] = class_version
@@ -121,7 +119,6 @@ class PydanticMapper(Mapper[UUID]):
                 originator = stored_event.originator_id
                 aad = row_aad(
                     originator if isinstance(originator, UUID) else UUID(str(originator)),
-                    stored_event.originator_version,
                     stored_event.topic,
                 )
                 open_sealed(PARTS.get(cls, ()), state, sealed, self.ciphers, aad)

@@ -11,7 +11,8 @@ numbers in archive metadata. Where content was taken out its place says so
 (a message without ``content``, an archive without ``overview``, a state as
 the list of its keys, ``null`` for a task, a context or a text), so opening
 knows exactly what to put back. The associated data binds each ciphertext to
-its row (``aad``), so a ciphertext moved to another row does not open.
+its session and kind of row (``row_aad``), so a ciphertext moved to another
+session does not open.
 
 Opening with the key gives back the exact payload; without it (the key was
 destroyed: the content is erased) every sealed value takes its erased form,
@@ -23,7 +24,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import UUID
@@ -57,7 +57,6 @@ from chatledger.domain.values import ERASED, message_tokens
 SEALED = "sealed"
 """The payload field holding the ciphertext (no event has a field of that name)."""
 _NONCE = 12
-_VERSION = struct.Struct(">q")
 _ERASED_TASK = ERASED_TASK.model_dump(mode="json")
 _ERASED_CONTEXT = ERASED_CONTEXT.model_dump(mode="json")
 
@@ -238,9 +237,12 @@ PARTS: dict[type[Any], Parts] = {
 """The content of each kind of stored payload; payloads of other kinds hold none."""
 
 
-def row_aad(originator_id: UUID, version: int, topic: str) -> bytes:
-    """The associated data of a stored row's ciphertext: its session, version and topic."""
-    return originator_id.bytes + _VERSION.pack(version) + topic.encode()
+def row_aad(originator_id: UUID, topic: str) -> bytes:
+    """The associated data of a stored row's ciphertext: its session and its kind (topic).
+
+    Not its version: a row moved within its session is what the hash chain (events)
+    and the replay check (snapshots) report, each in its own words."""
+    return originator_id.bytes + topic.encode()
 
 
 def seal(parts: Parts, payload: dict[str, Any], key_id: str, cipher: AESGCM, aad: bytes) -> bool:

@@ -119,6 +119,13 @@ class EventStoreApplication(Application[UUID]):
         return mapper
 
     @property
+    def event_mapper(self) -> PydanticMapper:
+        """The mapper, as what it is (it seals content when given a key)."""
+        mapper = self.mapper
+        assert isinstance(mapper, PydanticMapper)
+        return mapper
+
+    @property
     def event_recorder(self) -> SqlEventRecorder:
         recorder = self.recorder
         assert isinstance(recorder, SqlEventRecorder)
@@ -191,7 +198,7 @@ class EventStoreApplication(Application[UUID]):
         the input checks cover completely -- decode back into an equal event.
         """
         try:
-            row = self.mapper.to_stored_event(event, sealing)
+            row = self.event_mapper.to_stored_event(event, sealing)
         except PydanticSerializationError as error:
             raise InvalidInput(
                 f"{type(event).__name__} cannot be serialised ({error}); nothing was recorded."
@@ -274,7 +281,7 @@ class EventStoreApplication(Application[UUID]):
             sealing = None
             if self.keyring.seal:
                 sealing = self.keyring.sealing_key(session, session.updated_at, new=False)
-            row = self.mapper.to_stored_event(snapshot, sealing)
+            row = self.event_mapper.to_stored_event(snapshot, sealing)
             self.snapshot_recorder.insert_events([row])
         except (DatabaseError, ChatLedgerError) as error:
             logger.warning("snapshot of session %s at v%d not stored: %s", session.id,

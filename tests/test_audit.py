@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -198,7 +199,9 @@ def test_doctored_snapshot_is_detected(populated: SessionLedger) -> None:
         oid, version, state = connection.execute(
             text("SELECT originator_id, originator_version, state FROM chatledger_snapshots")
         ).first()  # type: ignore[misc]
-    doctored = bytes(state).replace(b"Question", b"Qxestion", 1)
+    doctored = re.sub(
+        rb'"message_count":(\d+)', lambda m: b'"message_count":%d' % (int(m[1]) + 1), bytes(state)
+    )
     assert doctored != bytes(state)
     _execute(
         populated,
@@ -287,8 +290,8 @@ def test_export_import_round_trip_reproduces_every_view(
 def test_broken_export_file_imports_nothing(populated: SessionLedger, tmp_path: Any) -> None:
     """An export with one altered line is rejected with InvalidInput and nothing is recorded."""
     lines = list(populated.export(ADMIN))
-    victim = next(i for i, line in enumerate(lines) if "Question 2" in line)
-    lines[victim] = lines[victim].replace("Question 2", "Question 9")
+    victim = next(i for i, line in enumerate(lines) if '"role": "user"' in line)
+    lines[victim] = lines[victim].replace('"role": "user"', '"role": "tool"')
     target = SessionLedger(f"sqlite:///{tmp_path / 'imported.db'}")
     try:
         with pytest.raises(InvalidInput, match="Broken hash chain"):

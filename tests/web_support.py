@@ -38,7 +38,8 @@ def populate(ledger: SessionLedger, summarizer: FlakySummarizer) -> None:
 
 
 def tamper(ledger: SessionLedger, key_version: int) -> None:
-    """Change one stored byte of an event of acme/t-1, directly in the database."""
+    """Change a stored byte of an event of acme/t-1 (a user message), directly in the
+    database."""
     engine = ledger.core.store.event_recorder.engine
     with engine.begin() as connection:
         row: Any = connection.execute(
@@ -48,7 +49,8 @@ def tamper(ledger: SessionLedger, key_version: int) -> None:
             ),
             {"v": key_version},
         ).one()
-        state = bytes(row.state).replace(b"Question 3", b"Question 9")
+        # Who spoke is readable in the stored payload (the text itself is encrypted).
+        state = bytes(row.state).replace(b'"role":"user"', b'"role":"tool"')
         assert state != bytes(row.state)
         connection.execute(
             text("UPDATE chatledger_events SET state = :state WHERE id = :id"),

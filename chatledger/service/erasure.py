@@ -23,7 +23,9 @@ A session erased on its own must have a key of its own: with ``key_scope =
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from uuid import UUID
 
 from chatledger.adapters.sealing import open_body
@@ -31,7 +33,7 @@ from chatledger.adapters.shredding import Survey, delete_snapshots, started_sess
 from chatledger.domain.access import SCOPE_PREFIX, Target
 from chatledger.domain.errors import AccessDenied, InvalidInput, UnknownSession
 from chatledger.domain.ports import ArchiveBody
-from chatledger.domain.session import ErasureScope
+from chatledger.domain.session import ErasureScope, Session
 from chatledger.domain.values import Principal
 from chatledger.results import ErasureResult
 from chatledger.service.core import Core
@@ -120,12 +122,7 @@ def _erase(
     destroyed = set(key_ids)
     for item in erasing:
         named = sorted(item.found.key_ids | {r.key_id for r in keys.records(session_id=item.sid)})
-        written = core.sessions.write(
-            item.sid,
-            lambda session, named=named: session.erase(  # type: ignore[misc]
-                scope, named, actor=principal, timestamp=now
-            ),
-        )
+        written = core.sessions.write(item.sid, _recorder(scope, named, principal, now))
         (erased if written.outcome else already).append(item.key)
         snapshots += delete_snapshots(core.store, item.sid)
         core.sessions.forget(item.sid)
@@ -148,6 +145,17 @@ def _erase(
         snapshots_deleted=snapshots,
         unencrypted_events=unencrypted,
     )
+
+
+def _recorder(
+    scope: ErasureScope, key_ids: list[str], principal: Principal, now: datetime
+) -> Callable[[Session], bool]:
+    """The write that records ``Erased`` in a session (``False``: erased before)."""
+
+    def record(session: Session) -> bool:
+        return session.erase(scope, key_ids, actor=principal, timestamp=now)
+
+    return record
 
 
 def archive_body(core: Core, target: Target, archive_id: str) -> ArchiveBody | None:

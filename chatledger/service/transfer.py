@@ -2,10 +2,10 @@
 
 ``export`` writes a header line and one line per event, in order, with its
 hash; payloads as JSON objects where re-encoding gives the exact stored bytes.
-Before the first event sealed with a data key comes one ``data_key`` line
-with that key (its material, or none once destroyed: the content is erased),
-so an export reads in the ledger it is imported into -- and an export made
-after an erasure holds neither the key nor the content. ``import_`` checks the
+The first event sealed with a data key also carries that key (``data_key``:
+its material, or none once destroyed -- the content is erased), so an export
+reads in the ledger it is imported into, and one made after an erasure holds
+neither the key nor the content. ``import_`` checks the
 ledger is empty before reading the file, re-verifies every chain, replays every
 event (``integrity.replay_row``: decodable, applicable, identities that derive;
 sealed content opened with the file's keys), then takes over the keys and
@@ -38,8 +38,8 @@ from chatledger.service.integrity import Forged, Unreplayable, replay_row, sessi
 
 EXPORT_FORMAT = "chatledger/export"
 EXPORT_FORMAT_VERSION = 3
-"""3: ``data_key`` lines; 2: payloads as JSON objects (``event``) where exact; 1: payloads as
-text (``state``)."""
+"""3: events carry the data keys (``data_key``); 2: payloads as JSON objects (``event``)
+where exact; 1: payloads as text (``state``)."""
 READABLE_FORMAT_VERSIONS = (1, 2, 3)
 
 
@@ -58,9 +58,6 @@ def export(store: EventStoreApplication, principal: Principal, key: str | None) 
         for row in rows:
             payload = _payload(row.state)
             key_id = key_id_of(payload["event"]) if "event" in payload else None
-            if key_id is not None and key_id not in written:
-                written.add(key_id)
-                yield json.dumps({"data_key": _key_line(keys, key_id)})
             record: dict[str, Any] = {
                 "position": row.position,
                 "session_id": row.originator_id.hex,
@@ -74,6 +71,9 @@ def export(store: EventStoreApplication, principal: Principal, key: str | None) 
                 **payload,
                 "hash": row.hash.hex(),
             }
+            if key_id is not None and key_id not in written:
+                written.add(key_id)
+                record["data_key"] = _key_line(keys, key_id)
             yield json.dumps(record, ensure_ascii=False)
 
 
@@ -154,7 +154,6 @@ def _parse(lines: Iterable[str], keys: Keys) -> list[ChainRow]:
             continue
         if "data_key" in record:
             keys.update([_parse_key(record["data_key"], number)])
-            continue
         try:
             rows.append(
                 ChainRow(
