@@ -11,6 +11,7 @@ a user key destroyed elsewhere is never used for a session started here later.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -22,14 +23,19 @@ from typing import Any
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from chatledger.adapters.sealing import seal_body
+from chatledger.domain.errors import StoreUnavailable
 from chatledger.domain.ports import ArchiveBody, KeyOwner, KeyScope, KeyStore
 from chatledger.domain.session import Session
 
 _MAX_ENTRIES = 10_000
+_KEY_ID = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
+_KEY_BYTES = 32
 
 
 class KeyRing:
-    """Sealing keys by session and ciphers by key id, in front of a key store."""
+    """Sealing keys by session and ciphers by key id, in front of a key store (each cache
+    keeps the newest entries: one fetched more than ``_MAX_ENTRIES`` fetches ago is
+    dropped)."""
 
     def __init__(
         self,
@@ -62,12 +68,16 @@ class KeyRing:
         now = self._monotonic()
         sid = session.id.int
         if not new:
-            with self._lock:
-                entry = self._sealing.get(sid)
-                if entry is not None and now - entry[0] < self.ttl:
-                    self._sealing.move_to_end(sid)
-                    return entry[1], entry[2]
+            entry = self._sealing.get(sid)  # a dict read needs no lock (the hot path)
+            if entry is not None and now - entry[0] < self.ttl:
+                return entry[1], entry[2]
         key = self.store.key_for(self.owner_of(session), at)
+        if not _KEY_ID.fullmatch(key.key_id) or len(key.material) != _KEY_BYTES:
+            raise StoreUnavailable(
+                f"The key store returned key id {key.key_id!r} with {len(key.material)} bytes "
+                "of material; key ids must be 1-128 letters, digits or ._:/- and keys "
+                "32 bytes (AES-256). Fix the key store."
+            )
         cipher = AESGCM(key.material)
         with self._lock:
             self._sealing[sid] = (now, key.key_id, cipher)
@@ -90,11 +100,9 @@ class KeyRing:
         if key_id in self._overlay:
             return self._overlay[key_id]
         now = self._monotonic()
-        with self._lock:
-            entry = self._ciphers.get(key_id)
-            if entry is not None and now - entry[0] < self.ttl:
-                self._ciphers.move_to_end(key_id)
-                return entry[1]
+        entry = self._ciphers.get(key_id)
+        if entry is not None and now - entry[0] < self.ttl:
+            return entry[1]
         material = self.store.get(key_id)
         cipher = None if material is None else AESGCM(material)
         with self._lock:

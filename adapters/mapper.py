@@ -24,15 +24,26 @@ from eventsourcing.persistence import Mapper, MapperDeserialisationError, Stored
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
-from chatledger.adapters.sealing import PARTS, SEALED, Ciphers, open_sealed, row_aad, seal
+from chatledger.adapters.sealing import (
+    PARTS,
+    SEALED,
+    Ciphers,
+    open_sealed,
+    row_aad,
+    seal,
+    seal_message_added,
+)
+from chatledger.domain.events import MessageAdded
 from chatledger.domain.timestamps import to_micros
 
 _new_stored = object.__new__
 _decode_json = json.JSONDecoder().decode  # str in: skips json.loads' encoding sniffing
+_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _ORIGINATOR_FIELDS: set[str] = {"originator_id", "originator_version"}
 # An event without an idempotency key stores no such field: the same bytes as
 # before keys existed, and nothing to pay on the hot path.
 _UNKEYED_FIELDS: set[str] = _ORIGINATOR_FIELDS | {"idempotency_key"}
+_EXCLUDED = {id(f): dict.fromkeys(f, True) for f in (_ORIGINATOR_FIELDS, _UNKEYED_FIELDS)}
 
 
 @dataclass(frozen=True)
@@ -75,14 +86,18 @@ class PydanticMapper(Mapper[UUID]):
             if getattr(model, "idempotency_key", None) is None
             else _ORIGINATOR_FIELDS
         )
+        topic = get_topic(cls)
         parts = PARTS.get(cls) if sealing is not None else None
-        if parts is not None and sealing is not None:
+        if cls is MessageAdded and sealing is not None:
+            aad = row_aad(domain_event.originator_id, topic)
+            data = seal_message_added(domain_event, _EXCLUDED[id(exclude)], *sealing, aad)
+        elif parts is not None and sealing is not None:
             payload = model.model_dump(mode="json", exclude=exclude)
-            aad = row_aad(domain_event.originator_id, get_topic(cls))
+            aad = row_aad(domain_event.originator_id, topic)
             seal(parts, payload, sealing[0], sealing[1], aad)
             if class_version > 1:
                 payload["class_version"] = class_version
-            data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+            data = _encode_json(payload).encode()
         elif class_version > 1:
             payload = model.model_dump(mode="json", exclude=exclude)
             payload["class_version"] = class_version
@@ -99,7 +114,7 @@ class PydanticMapper(Mapper[UUID]):
         stored.__dict__.update(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
-            topic=get_topic(cls),
+            topic=topic,
             state=data,
             timestamp_us=to_micros(domain_event.timestamp),
         )

@@ -22,6 +22,7 @@ equal to what ``chatledger.domain.erasure`` makes of the value in memory.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from uuid import UUID
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from pydantic_core import to_json
 
 from chatledger.domain.erasure import (
     ERASED_CONTEXT,
@@ -60,6 +62,7 @@ _NONCE = 12
 _ERASED_TASK = ERASED_TASK.model_dump(mode="json")
 _ERASED_CONTEXT = ERASED_CONTEXT.model_dump(mode="json")
 
+_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 Ciphers = Callable[[str], AESGCM | None]
 """Finds the cipher of a key id; ``None`` once the key is destroyed (content erased)."""
 Container = dict[str, Any] | list[Any]
@@ -242,7 +245,12 @@ def row_aad(originator_id: UUID, topic: str) -> bytes:
 
     Not its version: a row moved within its session is what the hash chain (events)
     and the replay check (snapshots) report, each in its own words."""
-    return originator_id.bytes + topic.encode()
+    return originator_id.bytes + _topic_bytes(topic)
+
+
+@functools.lru_cache(maxsize=64)
+def _topic_bytes(topic: str) -> bytes:
+    return topic.encode()
 
 
 def seal(parts: Parts, payload: dict[str, Any], key_id: str, cipher: AESGCM, aad: bytes) -> bool:
@@ -254,7 +262,7 @@ def seal(parts: Parts, payload: dict[str, Any], key_id: str, cipher: AESGCM, aad
     if not secrets:
         return False
     nonce = os.urandom(_NONCE)
-    plain = json.dumps(secrets, ensure_ascii=False, separators=(",", ":")).encode()
+    plain = _encode_json(secrets).encode()
     sealed: dict[str, Any] = {
         "k": key_id,
         "c": base64.b64encode(nonce + cipher.encrypt(nonce, plain, aad)).decode(),
@@ -289,6 +297,25 @@ def open_sealed(
     for field, kind in parts:
         kind.put(payload, field, secrets)
     return True
+
+
+def seal_message_added(
+    event: MessageAdded, exclude: dict[str, Any], key_id: str, cipher: AESGCM, aad: bytes
+) -> bytes:
+    """The sealed payload of a ``MessageAdded``, straight to bytes: what ``seal`` makes of
+    its JSON, without building the dict (the hot path of every append)."""
+    message = event.message
+    clear = event.model_dump_json(exclude={**exclude, "message": _MESSAGE_SECRETS})
+    secrets = [[message.content, message.name, message.item]]
+    nonce = os.urandom(_NONCE)
+    plain = to_json(secrets)  # pydantic's encoder: the values are plain JSON (checked input)
+    data = base64.b64encode(nonce + cipher.encrypt(nonce, plain, aad)).decode()
+    # Key ids are made by key stores: JSON-safe as they are (checked where they are made).
+    sealed = f',"{SEALED}":{{"k":"{key_id}","c":"{data}","t":[{message.tokens}]}}}}'
+    return clear[:-1].encode() + sealed.encode()
+
+
+_MESSAGE_SECRETS = {"content", "name", "item"}
 
 
 def key_id_of(payload: dict[str, Any]) -> str | None:

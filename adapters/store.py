@@ -182,7 +182,7 @@ class EventStoreApplication(Application[UUID]):
         encryption is off); ``SessionErased`` if the session's own key was destroyed."""
         if not events or not self.keyring.seal:
             return None
-        if not any(type(event) in PARTS for event in events):
+        if type(events[0]) not in PARTS and not any(type(e) in PARTS for e in events):
             return None
         new = isinstance(events[0], SessionCreationEvent)
         return self.keyring.sealing_key(session, events[0].timestamp, new=new)

@@ -23,7 +23,12 @@ class ErasureOperations(LedgerBase):
 
     @public
     def erase(
-        self, principal: Principal, key: str, *, account_id: str | None = None
+        self,
+        principal: Principal,
+        key: str,
+        *,
+        account_id: str | None = None,
+        allow_unencrypted: bool = False,
     ) -> ErasureResult:
         """Erase the session's content: destroy its data key and record ``Erased``.
 
@@ -33,30 +38,49 @@ class ErasureOperations(LedgerBase):
         takes no more writes (``SessionErased``). Erasing it again records nothing
         (it is listed under ``already_erased``). With ``key_scope = "user"`` a
         session shares its user's key and is erased with ``erase_user`` instead.
+        Content stored unencrypted (setting ``encryption`` off, or written before it
+        existed) cannot be erased this way: such a session is refused
+        (``InvalidInput``) unless ``allow_unencrypted`` accepts that it stays in the
+        history.
         """
         found = self._target(principal, key, account_id)
-        return erasure.erase_session(self.core, principal, found)
+        return erasure.erase_session(
+            self.core, principal, found, allow_unencrypted=bool(allow_unencrypted)
+        )
 
     @public
     def erase_user(
-        self, principal: Principal, user_id: str, *, account_id: str | None = None
+        self,
+        principal: Principal,
+        user_id: str,
+        *,
+        account_id: str | None = None,
+        allow_unencrypted: bool = False,
     ) -> ErasureResult:
         """Erase every session ``user_id`` started in the account (the principal's own, or
         ``account_id`` for an admin): their keys -- the user's key too -- destroyed, an
-        ``Erased`` in each. Shared state scopes belong to the account and stay."""
+        ``Erased`` in each. Shared state scopes belong to the account and stay.
+        ``allow_unencrypted`` as for ``erase``."""
         check_principal(principal)
         self.core.check_open()
         if not isinstance(user_id, str) or len(user_id) > 256:
             raise InvalidInput("user_id must be a str of at most 256 characters.")
         tenant = query_scope(principal, account_id) or principal.account_id
-        return erasure.erase_user(self.core, principal, tenant, user_id)
+        return erasure.erase_user(
+            self.core, principal, tenant, user_id, allow_unencrypted=bool(allow_unencrypted)
+        )
 
     @public
-    def erase_tenant(self, principal: Principal, account_id: str) -> ErasureResult:
-        """Erase every session of an account, its shared state scopes too (admins only)."""
+    def erase_tenant(
+        self, principal: Principal, account_id: str, *, allow_unencrypted: bool = False
+    ) -> ErasureResult:
+        """Erase every session of an account, its shared state scopes too (admins only;
+        ``allow_unencrypted`` as for ``erase``)."""
         check_principal(principal)
         self.core.check_open()
         validate_key(account_id, what="account id")
         if not principal.is_admin:
             raise AccessDenied("Only admins may erase a whole account; nothing was erased.")
-        return erasure.erase_tenant(self.core, principal, account_id)
+        return erasure.erase_tenant(
+            self.core, principal, account_id, allow_unencrypted=bool(allow_unencrypted)
+        )

@@ -134,11 +134,12 @@ class LedgerSettings(BaseSettings):
         ),
     )
     encryption: bool = Field(
-        default=True,
+        default=False,
         description=(
             "Encrypt each session's content at rest (AES-256-GCM, a data key per session or "
-            "user), so that erase() can destroy it. Off, new content is stored in the clear "
-            "and erasure cannot reach it (docs/erasure.md)."
+            "user), so that erase() can destroy it; appends cost about a tenth more. Off "
+            "(the default), new content is stored in the clear and erasure cannot reach it "
+            "(docs/erasure.md)."
         ),
     )
     key_scope: Literal["session", "user"] = Field(

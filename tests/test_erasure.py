@@ -8,6 +8,7 @@ hash chain stay -- ``verify`` still passes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,12 @@ from chatledger import (
 )
 from erasure_support import SECRET, fill, holds_secret
 from support import ADMIN, ALICE, BOB
+
+
+@pytest.fixture
+def make_ledger(make_ledger: Callable[..., SessionLedger]) -> Callable[..., SessionLedger]:
+    """Ledgers on the test database with encryption on (the default is off)."""
+    return functools.partial(make_ledger, encryption=True)
 
 
 def test_an_erased_session_reads_as_erased_and_keeps_its_facts(ledger: SessionLedger) -> None:
@@ -243,13 +250,13 @@ def test_exports_after_erasure_hold_no_content_and_import_as_erased(
     after = list(ledger.export(ALICE))
     assert SECRET not in "\n".join(after)
     assert SECRET not in "\n".join(before)  # encrypted at rest, keys beside it
-    copy = SessionLedger(f"sqlite:///{tmp_path / 'copy.db'}")
+    copy = SessionLedger(f"sqlite:///{tmp_path / 'copy.db'}", encryption=True)
     try:
         copy.import_(before)
         assert holds_secret(copy.session(ALICE, "s1"))
     finally:
         copy.close()
-    erased_copy = SessionLedger(f"sqlite:///{tmp_path / 'erased.db'}")
+    erased_copy = SessionLedger(f"sqlite:///{tmp_path / 'erased.db'}", encryption=True)
     try:
         erased_copy.import_(after)
         assert not holds_secret(erased_copy.session(ALICE, "s1"))
@@ -259,14 +266,25 @@ def test_exports_after_erasure_hold_no_content_and_import_as_erased(
         erased_copy.close()
 
 
-def test_without_encryption_erase_reports_what_stays_readable(
+def test_content_stored_unencrypted_is_erased_only_when_the_caller_accepts_it(
     make_ledger: Callable[..., SessionLedger],
 ) -> None:
-    """encryption=False stores content in the clear: erase still records Erased and redacts
-    the session's state, but says how many events keep their content readable."""
+    """encryption=False stores content in the clear, which no key can erase: erase refuses
+    (nothing recorded); with allow_unencrypted it records Erased and redacts the session's
+    state, says how many events keep their content, and those keep it."""
     ledger = make_ledger(encryption=False)
     fill(ledger)
-    result = ledger.erase(ALICE, "s1")
+    fill(ledger, "s2")
+    version = ledger.session(ALICE, "s1").version
+    for erase in (
+        lambda: ledger.erase(ALICE, "s1"),
+        lambda: ledger.erase_user(ALICE, "alice"),
+        lambda: ledger.erase_tenant(ADMIN, "acme"),
+    ):
+        with pytest.raises(InvalidInput, match="allow_unencrypted"):
+            erase()
+    assert ledger.session(ALICE, "s1").version == version
+    result = ledger.erase(ALICE, "s1", allow_unencrypted=True)
     assert result.unencrypted_events > 0 and result.key_ids == ()
     assert not holds_secret(ledger.session(ALICE, "s1"))
     assert any(

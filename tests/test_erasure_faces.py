@@ -4,9 +4,11 @@ the viewer, and the async ledger -- on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable
 
+import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -17,6 +19,12 @@ from erasure_support import SECRET, fill, holds_secret
 from support import ALICE
 
 runner = CliRunner()
+
+
+@pytest.fixture
+def make_ledger(make_ledger: Callable[..., SessionLedger]) -> Callable[..., SessionLedger]:
+    """Ledgers on the test database with encryption on (the default is off)."""
+    return functools.partial(make_ledger, encryption=True)
 
 
 def _cli(url: str, *args: str) -> tuple[int, str]:

@@ -16,6 +16,7 @@ bytes before erasure (the control that the scan finds keys) and nowhere after.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +26,12 @@ from sqlalchemy import create_engine, text
 from chatledger import SessionLedger
 from erasure_support import SECRET, fill
 from support import ALICE
+
+
+@pytest.fixture
+def make_ledger(make_ledger: Callable[..., SessionLedger]) -> Callable[..., SessionLedger]:
+    """Ledgers on the test database with encryption on (the default is off)."""
+    return functools.partial(make_ledger, encryption=True)
 
 
 def _sqlite_bytes(url: str) -> bytes:

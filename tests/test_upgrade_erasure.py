@@ -5,8 +5,8 @@ stored content in the clear (``tests/fixtures/make_pre_erasure.py``): a SQLite
 file and a ``pg_dump`` restored here into the test's schema, 26 events of five
 sessions with every kind of content holding ``OLD_SECRET``, snapshots, and
 read models. Opening one upgrades it in place; it verifies and reads as
-before; new events are encrypted; erasing a session of it records ``Erased``
-and says how many of its events keep their content readable.
+before; with encryption on, new events are encrypted; erasing a session of it
+is refused unless the caller accepts that its old events keep their content.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from sqlalchemy import create_engine, inspect
 
-from chatledger import Principal, SessionLedger, StoreUnavailable
+from chatledger import InvalidInput, Principal, SessionLedger, StoreUnavailable
 from chatledger.adapters.migrations import SCHEMA_HEAD, schema_revision
 from chatledger.read_models import ReadModels
 from support import ADMIN
@@ -95,9 +95,9 @@ def test_a_ledger_from_before_encryption_upgrades_verifies_and_reads_as_before(
 
 
 def test_new_events_of_an_old_session_are_encrypted(old_ledger_url: str) -> None:
-    """After the upgrade an old session's new content is sealed with a key of its own; the
-    session reads old and new content alike, and still verifies."""
-    with SessionLedger(old_ledger_url) as ledger:
+    """With encryption on, an old session's new content is sealed with a key of its own;
+    the session reads old and new content alike, and still verifies."""
+    with SessionLedger(old_ledger_url, encryption=True) as ledger:
         ledger.add_message(ALICE, "s1", "user", "Written after the upgrade.")
         (record,) = ledger.key_store.records(tenant="acme")
         assert record.scope == "session"
@@ -115,11 +115,14 @@ def test_new_events_of_an_old_session_are_encrypted(old_ledger_url: str) -> None
 
 
 def test_erasing_an_old_session_says_what_stays_readable(old_ledger_url: str) -> None:
-    """erase() records Erased and redacts the session's state, but old events were written
-    unencrypted: the result counts them, and their content is still in the history."""
-    with SessionLedger(old_ledger_url) as ledger:
+    """Old events were written unencrypted: erase() refuses, naming them; with
+    allow_unencrypted it records Erased and redacts the session's state, the result counts
+    them, and their content is still in the history -- the new, encrypted one is not."""
+    with SessionLedger(old_ledger_url, encryption=True) as ledger:
         ledger.add_message(ALICE, "s1", "user", f"New text about {OLD_SECRET}.")
-        result = ledger.erase(ALICE, "s1")
+        with pytest.raises(InvalidInput, match="stored unencrypted"):
+            ledger.erase(ALICE, "s1")
+        result = ledger.erase(ALICE, "s1", allow_unencrypted=True)
         assert result.erased == ("s1",) and result.unencrypted_events > 0
         assert len(result.key_ids) == 1  # the key of the new event
         view = ledger.session(ALICE, "s1")

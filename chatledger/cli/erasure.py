@@ -36,6 +36,13 @@ def erase(
     yes: Annotated[
         bool, typer.Option("--yes", help="Confirm: erasure destroys keys and cannot be undone.")
     ] = False,
+    allow_unencrypted: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unencrypted",
+            help="Erase even where content was stored unencrypted (it stays in the history).",
+        ),
+    ] = False,
     *,
     call: Invocation,
 ) -> None:
@@ -44,7 +51,8 @@ def erase(
     Name one session (KEY), a user (--user-id) or an account (--tenant, admins
     only). Event types, actors, times, counters and the hash chain stay, and
     verify still passes; the content reads as erased everywhere. Nothing
-    happens without --yes.
+    happens without --yes. Content stored unencrypted cannot be erased: a
+    session holding some is refused unless --allow-unencrypted.
 
     \b
     Examples:
@@ -63,12 +71,14 @@ def erase(
         )
     with call.ledger() as ledger:
         if key is not None:
-            result = ledger.erase(call.principal, key)
+            result = ledger.erase(call.principal, key, allow_unencrypted=allow_unencrypted)
         elif user_id is not None:
-            result = ledger.erase_user(call.principal, user_id)
+            result = ledger.erase_user(call.principal, user_id, allow_unencrypted=allow_unencrypted)
         else:
             assert tenant is not None
-            result = ledger.erase_tenant(call.principal, tenant)
+            result = ledger.erase_tenant(
+                call.principal, tenant, allow_unencrypted=allow_unencrypted
+            )
     call.show(result, _summary(result))
 
 

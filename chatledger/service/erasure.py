@@ -18,7 +18,9 @@ still passes. The steps, in an order a crash cannot make unsafe:
 
 A session erased on its own must have a key of its own: with ``key_scope =
 "user"`` its content shares its user's key, and erasing it alone is refused
-(``erase_user`` erases them all).
+(``erase_user`` erases them all). Content stored unencrypted cannot be erased
+by destroying keys: unless the caller accepts that (``allow_unencrypted``), an
+erasure of sessions holding some is refused before anything is done.
 """
 
 from __future__ import annotations
@@ -49,11 +51,15 @@ class _Erasing:
     found: Survey
 
 
-def erase_session(core: Core, principal: Principal, target: Target) -> ErasureResult:
+def erase_session(
+    core: Core, principal: Principal, target: Target, *, allow_unencrypted: bool = False
+) -> ErasureResult:
     """Erase one session (``erase``)."""
     found = survey(core.store, target.session_id)
     if not found.exists:
         raise UnknownSession(unknown(target.key, target.tenant))
+    erasing = [_Erasing(target.session_id, target.key, found)]
+    _check_encrypted(erasing, allow_unencrypted)
     keys = core.store.keyring.store
     records = keys.records(session_id=target.session_id)
     if found.key_ids:
@@ -67,11 +73,12 @@ def erase_session(core: Core, principal: Principal, target: Target) -> ErasureRe
             "erased one by one. Nothing was erased."
         )
     key_ids = sorted({r.key_id for r in records} | found.key_ids)
-    erasing = [_Erasing(target.session_id, target.key, found)]
     return _erase(core, principal, "session", target.tenant, None, erasing, key_ids)
 
 
-def erase_user(core: Core, principal: Principal, tenant: str, user_id: str) -> ErasureResult:
+def erase_user(
+    core: Core, principal: Principal, tenant: str, user_id: str, *, allow_unencrypted: bool
+) -> ErasureResult:
     """Erase every session ``user_id`` started in ``tenant`` (``erase_user``); shared state
     scopes are the account's, not the user's, and stay."""
     keys = core.store.keyring.store
@@ -80,6 +87,7 @@ def erase_user(core: Core, principal: Principal, tenant: str, user_id: str) -> E
         for sid, key in started_sessions(core.store, tenant, user_id)
         if not key.startswith(SCOPE_PREFIX)
     ]
+    _check_encrypted(erasing, allow_unencrypted)
     key_ids = {r.key_id for r in keys.records(tenant=tenant, user_id=user_id)}
     for item in erasing:
         key_ids |= item.found.key_ids
@@ -87,7 +95,9 @@ def erase_user(core: Core, principal: Principal, tenant: str, user_id: str) -> E
     return _erase(core, principal, "user", tenant, user_id, erasing, sorted(key_ids))
 
 
-def erase_tenant(core: Core, principal: Principal, tenant: str) -> ErasureResult:
+def erase_tenant(
+    core: Core, principal: Principal, tenant: str, *, allow_unencrypted: bool
+) -> ErasureResult:
     """Erase every session of an account, its shared state scopes too (``erase_tenant``)."""
     if not principal.is_admin:
         raise AccessDenied("Only admins may erase a whole account; nothing was erased.")
@@ -96,10 +106,28 @@ def erase_tenant(core: Core, principal: Principal, tenant: str) -> ErasureResult
         _Erasing(sid, key, survey(core.store, sid))
         for sid, key in started_sessions(core.store, tenant, None)
     ]
+    _check_encrypted(erasing, allow_unencrypted)
     key_ids = {r.key_id for r in keys.records(tenant=tenant)}
     for item in erasing:
         key_ids |= item.found.key_ids
     return _erase(core, principal, "tenant", tenant, None, erasing, sorted(key_ids))
+
+
+def _check_encrypted(erasing: list[_Erasing], allowed: bool) -> None:
+    """Refuse (``InvalidInput``) to erase sessions with content stored unencrypted, unless
+    the caller accepts that it stays readable."""
+    plain = [(item.key, item.found.unencrypted) for item in erasing if item.found.unencrypted]
+    if plain and not allowed:
+        named = ", ".join(f"{key!r} ({n} events)" for key, n in plain[:5])
+        more = f" and {len(plain) - 5} more" if len(plain) > 5 else ""
+        raise InvalidInput(
+            f"Content of {named}{more} was stored unencrypted (written with the setting "
+            "encryption off, or before encryption existed): destroying keys cannot erase it. "
+            "Pass allow_unencrypted=True (CLI: --allow-unencrypted) to record the erasure "
+            "anyway -- the sessions then read as erased, but that content stays in their "
+            "history and exports -- and turn encryption on for new content. Nothing was "
+            "erased."
+        )
 
 
 def _erase(
