@@ -122,8 +122,8 @@ class InMemoryKeyStore:
             if material is not None:
                 self._material[record.key_id] = material
 
-    def purge(self) -> None:
-        return None
+    def purge(self) -> bool:
+        return True
 
 
 def _owner_of(record: KeyRecord) -> KeyOwner:
@@ -258,8 +258,9 @@ class SqlKeyStore:
         with self._errors("restore a data key"), self._write() as connection:
             connection.execute(self.table.insert(), row)
 
-    def purge(self) -> None:
-        """SQLite: checkpoint the WAL into the (securely deleting) file and truncate it.
+    def purge(self) -> bool:
+        """SQLite: checkpoint the WAL into the (securely deleting) file and truncate it
+        (``False`` if a reader kept it from finishing within the busy timeout).
 
         PostgreSQL: rewrite the key table into a new file, so the dead row versions that
         still hold destroyed keys go with the old one. ``VACUUM FULL`` would keep any
@@ -271,8 +272,8 @@ class SqlKeyStore:
         with self._errors("purge destroyed keys from the database files"):
             if self.sqlite:
                 with self.engine.connect() as connection:
-                    connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-                return
+                    row = connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").first()
+                return row is None or int(row[0]) == 0  # (busy, log frames, checkpointed)
             with self.engine.begin() as connection:
                 connection.exec_driver_sql(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE")
                 connection.exec_driver_sql(
@@ -280,6 +281,7 @@ class SqlKeyStore:
                 )
                 connection.exec_driver_sql(f"TRUNCATE {name}")
                 connection.exec_driver_sql(f"INSERT INTO {name} SELECT * FROM {name}_kept")
+            return True
 
     # ------------------------------------------------------------ plumbing
     @contextmanager

@@ -23,6 +23,7 @@ from typing import Any
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from chatledger.adapters.sealing import seal_body
+from chatledger.domain.access import SCOPE_PREFIX
 from chatledger.domain.errors import StoreUnavailable
 from chatledger.domain.ports import ArchiveBody, KeyOwner, KeyScope, KeyStore
 from chatledger.domain.session import Session
@@ -57,10 +58,12 @@ class KeyRing:
         self._overlay: dict[str, AESGCM | None] = {}
 
     def owner_of(self, session: Session) -> KeyOwner:
-        """Whose key seals ``session``: its own, or that of the user who started it."""
+        """Whose key seals ``session``: its own, or that of the user who started it (a shared
+        state scope belongs to the account: its key is the account's, user ``""``)."""
         if self.scope == "session":
             return KeyOwner(scope="session", tenant=session.tenant, session_id=session.id)
-        return KeyOwner(scope="user", tenant=session.tenant, user_id=session.started_by.user_id)
+        user = "" if session.key.startswith(SCOPE_PREFIX) else session.started_by.user_id
+        return KeyOwner(scope="user", tenant=session.tenant, user_id=user)
 
     def sealing_key(self, session: Session, at: datetime, *, new: bool) -> tuple[str, AESGCM]:
         """The key id and cipher that seal ``session``'s new content (``SessionErased`` if

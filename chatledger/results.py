@@ -225,6 +225,10 @@ class ErasureResult(Result):
     already_erased: tuple[str, ...] = ()  # keys erased before: nothing recorded for them
     key_ids: tuple[str, ...] = ()  # the data keys destroyed
     snapshots_deleted: int = 0
+    # Whether the key store also made the destroyed keys unrecoverable from its storage
+    # (SQLite: free space zeroed, WAL truncated; PostgreSQL: key table rewritten). False:
+    # the keys are destroyed, but old bytes may linger until the next erasure purges.
+    purged: bool = True
     # Events whose content was stored unencrypted (written before encryption, or with
     # the setting ``encryption`` off): destroying keys cannot erase it (docs/erasure.md).
     unencrypted_events: int = 0

@@ -131,7 +131,8 @@ class KeyStore(Protocol):
         """Take over a key from an export (``material`` ``None``: destroyed there)."""
         ...
 
-    def purge(self) -> None:
+    def purge(self) -> bool:
         """Make destroyed keys unrecoverable from the storage itself (free pages, old row
-        versions, logs), as far as the store can; a no-op where there is nothing to do."""
+        versions, logs), as far as the store can; ``False`` if that could not be finished
+        now (it is tried again by the next erasure)."""
         ...

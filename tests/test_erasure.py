@@ -46,6 +46,7 @@ def test_an_erased_session_reads_as_erased_and_keeps_its_facts(ledger: SessionLe
     result = ledger.erase(ALICE, "s1")
 
     assert result.erased == ("s1",) and result.key_ids and result.unencrypted_events == 0
+    assert result.purged
     after = ledger.session(ALICE, "s1")
     assert not holds_secret(after) and after.status == "erased"
     assert [m.content for m in after.buffer] == [ERASED] * len(before.buffer)
@@ -131,6 +132,7 @@ def test_the_tenant_rule_holds_for_erasure(ledger: SessionLedger) -> None:
     """A member cannot erase another account's session or erase an account; an admin can."""
     fill(ledger, "s1", ALICE)
     fill(ledger, "s1", BOB)
+    ledger.update_state(ALICE, "s1", {}, shared_state={"app:shop": {"code": SECRET}})
     with pytest.raises(AccessDenied):
         ledger.erase(BOB, "s1", account_id="acme")
     with pytest.raises(AccessDenied):
@@ -141,8 +143,9 @@ def test_the_tenant_rule_holds_for_erasure(ledger: SessionLedger) -> None:
         ledger.erase(ALICE, "no-such-session")
     assert holds_secret(ledger.session(ALICE, "s1"))
     result = ledger.erase_tenant(ADMIN, "acme")
-    assert result.erased == ("s1",) and result.scope == "tenant"
+    assert result.erased == ("s1", "~state:app:shop") and result.scope == "tenant"
     assert not holds_secret(ledger.session(ALICE, "s1"))
+    assert not holds_secret(ledger.shared_state(ALICE, "app:shop"))  # the account's scopes too
     assert holds_secret(ledger.session(BOB, "s1"))  # another account: untouched
 
 
@@ -162,11 +165,13 @@ def test_erase_user_erases_the_sessions_the_user_started(ledger: SessionLedger) 
     fill(ledger, "a1", ALICE)
     fill(ledger, "a2", ALICE)
     fill(ledger, "c1", carol)
+    ledger.update_state(ALICE, "a1", {}, shared_state={"app:shop": {"code": SECRET}})
     result = ledger.erase_user(carol, "alice")
     assert sorted(result.erased) == ["a1", "a2"] and result.user_id == "alice"
     assert not holds_secret(ledger.session(ALICE, "a1"))
     assert not holds_secret(ledger.session(ALICE, "a2"))
     assert holds_secret(ledger.session(carol, "c1"))
+    assert holds_secret(ledger.shared_state(ALICE, "app:shop"))  # the account's, not alice's
     assert ledger.verify(ALICE).ok
 
 
@@ -178,11 +183,13 @@ def test_with_user_keys_a_user_is_erased_at_once_and_a_session_alone_is_refused(
     ledger = make_ledger(key_scope="user")
     fill(ledger, "a1")
     fill(ledger, "a2")
+    ledger.update_state(ALICE, "a1", {}, shared_state={"app:shop": {"code": SECRET}})
     with pytest.raises(InvalidInput, match="erase_user"):
         ledger.erase(ALICE, "a1")
     result = ledger.erase_user(ALICE, "alice")
     assert sorted(result.erased) == ["a1", "a2"] and len(result.key_ids) == 1
     assert not holds_secret(ledger.session(ALICE, "a2"))
+    assert holds_secret(ledger.shared_state(ALICE, "app:shop"))  # the account's, not alice's
     fill(ledger, "a3")
     assert holds_secret(ledger.session(ALICE, "a3"))
     assert ledger.verify(ALICE).ok

@@ -96,6 +96,11 @@ def _summary(result: ErasureResult) -> str:
         lines.append("  erased: " + ", ".join(result.erased))
     if result.already_erased:
         lines.append("  erased before (nothing recorded): " + ", ".join(result.already_erased))
+    if not result.purged:
+        lines.append(
+            "  warning: the keys are destroyed, but the key store could not purge their old "
+            "bytes from its storage yet (see the log); the next erasure tries again."
+        )
     if result.unencrypted_events:
         lines.append(
             f"  warning: {many(result.unencrypted_events, 'event')} had content stored "

@@ -25,6 +25,7 @@ erasure of sessions holding some is refused before anything is done.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,13 +34,15 @@ from uuid import UUID
 from chatledger.adapters.sealing import open_body
 from chatledger.adapters.shredding import Survey, delete_snapshots, started_sessions, survey
 from chatledger.domain.access import SCOPE_PREFIX, Target
-from chatledger.domain.errors import AccessDenied, InvalidInput, UnknownSession
+from chatledger.domain.errors import AccessDenied, ChatLedgerError, InvalidInput, UnknownSession
 from chatledger.domain.ports import ArchiveBody
 from chatledger.domain.session import ErasureScope, Session
 from chatledger.domain.values import Principal
 from chatledger.results import ErasureResult
 from chatledger.service.core import Core
 from chatledger.service.sessions import unknown
+
+logger = logging.getLogger("chatledger.erasure")
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,11 @@ def _erase(
             keys.destroy(sorted(late), now)
             ring.forget(late)
             destroyed |= late
-    keys.purge()
+    try:
+        purged = bool(keys.purge())
+    except ChatLedgerError as error:  # the erasure itself is complete: say so, and why not
+        logger.warning("erasure done, but destroyed keys not purged from storage: %s", error)
+        purged = False
     return ErasureResult(
         scope=scope,
         account_id=tenant,
@@ -172,6 +179,7 @@ def _erase(
         key_ids=tuple(sorted(destroyed)),
         snapshots_deleted=snapshots,
         unencrypted_events=unencrypted,
+        purged=purged,
     )
 
 
