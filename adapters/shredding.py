@@ -32,6 +32,7 @@ class Survey:
     exists: bool
     key_ids: frozenset[str] = field(default_factory=frozenset)
     unencrypted: int = 0  # events whose content is stored in the clear
+    erased: bool = False  # its last event is an Erased
 
 
 def survey(store: EventStoreApplication, sid: UUID) -> Survey:
@@ -57,7 +58,8 @@ def survey(store: EventStoreApplication, sid: UUID) -> Survey:
                 key_ids.add(key_id)
             elif is_event and holds_plain_content(parts, payload):
                 unencrypted += 1
-    return Survey(bool(rows), frozenset(key_ids), unencrypted)
+    erased = bool(rows) and rows[-1].topic.endswith(":Erased")
+    return Survey(bool(rows), frozenset(key_ids), unencrypted, erased)
 
 
 def _parts(topic: str) -> Any:

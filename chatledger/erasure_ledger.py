@@ -63,8 +63,11 @@ class ErasureOperations(LedgerBase):
         ``allow_unencrypted`` as for ``erase``."""
         check_principal(principal)
         self.core.check_open()
-        if not isinstance(user_id, str) or len(user_id) > 256:
-            raise InvalidInput("user_id must be a str of at most 256 characters.")
+        if not isinstance(user_id, str) or not user_id or len(user_id) > 256:
+            raise InvalidInput(
+                "user_id must be a str of 1 to 256 characters (sessions started without a "
+                "user id belong to no user: erase them one by one, or the whole account)."
+            )
         tenant = query_scope(principal, account_id) or principal.account_id
         return erasure.erase_user(
             self.core, principal, tenant, user_id, allow_unencrypted=bool(allow_unencrypted)

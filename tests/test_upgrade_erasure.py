@@ -131,6 +131,7 @@ def test_erasing_an_old_session_says_what_stays_readable(old_ledger_url: str) ->
         assert any(OLD_SECRET in h for h in history[:-3])  # old, unencrypted events
         assert not any(OLD_SECRET in h for h in history[-2:])  # the new one, erased
         assert ledger.verify(ADMIN).ok
+        assert ledger.erase(ALICE, "s1").already_erased == ("s1",)  # accepted once: no error
 
 
 def test_read_models_of_an_old_ledger_catch_up_and_hold_no_content(old_ledger_url: str) -> None:

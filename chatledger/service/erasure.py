@@ -119,7 +119,11 @@ def erase_tenant(
 def _check_encrypted(erasing: list[_Erasing], allowed: bool) -> None:
     """Refuse (``InvalidInput``) to erase sessions with content stored unencrypted, unless
     the caller accepts that it stays readable."""
-    plain = [(item.key, item.found.unencrypted) for item in erasing if item.found.unencrypted]
+    plain = [
+        (item.key, item.found.unencrypted)
+        for item in erasing
+        if item.found.unencrypted and not item.found.erased  # erased before: accepted then
+    ]
     if plain and not allowed:
         named = ", ".join(f"{key!r} ({n} events)" for key, n in plain[:5])
         more = f" and {len(plain) - 5} more" if len(plain) > 5 else ""
