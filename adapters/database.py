@@ -24,7 +24,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.exc import SQLAlchemyError as SQLAlchemyError  # re-exported for the face
 from sqlalchemy.pool import StaticPool
 
-from chatledger.domain.errors import InvalidSettings
+from chatledger.domain.failures import InvalidSettings
 
 Synchronous = Literal["full", "normal"]
 

@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import ValidationError
 
 from chatledger.async_ledger import AsyncSessionLedger
-from chatledger.domain.errors import InvalidInput, InvalidSettings
+from chatledger.domain.failures import InvalidInput, InvalidSettings
 from chatledger.domain.values import ClientContext, EvictionReason, Principal
 from chatledger.ledger import SessionLedger
 from chatledger.registry.bounds import (

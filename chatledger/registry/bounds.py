@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from chatledger.domain.errors import ChatLedgerError, InvalidInput, UnknownSession
+from chatledger.domain.failures import ChatLedgerError, InvalidInput, UnknownSession
 from chatledger.domain.values import ClientContext
 
 
