@@ -51,6 +51,18 @@ def sqlite_file(url: str) -> str | None:
     return database
 
 
+def sqlite_in_memory(url: str) -> bool:
+    """Whether ``url`` is an in-memory SQLite database (gone when the process exits)."""
+    try:
+        parsed = make_url(normalise_url(url))
+    except ArgumentError:
+        return False
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    database = parsed.database or ""
+    return database in ("", ":memory:") or "mode=memory" in database
+
+
 def create_store_engine(
     url: str,
     *,
