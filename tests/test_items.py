@@ -106,7 +106,8 @@ ADK_EVENTS: list[dict[str, Any]] = [
     },
     {
         "id": "e4", "author": "shop_agent", "invocation_id": "inv-1", "timestamp": 4.0,
-        "content": {"role": "model", "parts": [{"text": "It shipped."}, {"text": "Anything else?"}]},
+        "content": {"role": "model",
+                    "parts": [{"text": "It shipped."}, {"text": "Anything else?"}]},
         "actions": {"state_delta": {"order": 7}},
     },
     {"role": "model", "parts": [{"text": "A bare GenAI Content."}]},
