@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
-from chatledger.domain.errors import InvalidInput, SessionErased, StoreUnavailable
+from chatledger.domain.failures import InvalidInput, SessionErased, StoreUnavailable
 from chatledger.domain.ports import DataKey, KeyOwner, KeyRecord
 from chatledger.domain.timestamps import from_micros, to_micros
 

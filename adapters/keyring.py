@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from chatledger.adapters.sealing import seal_body
 from chatledger.domain.access import SCOPE_PREFIX
-from chatledger.domain.errors import StoreUnavailable
+from chatledger.domain.failures import StoreUnavailable
 from chatledger.domain.ports import ArchiveBody, KeyOwner, KeyScope, KeyStore
 from chatledger.domain.session import Session
 

@@ -16,7 +16,7 @@ session does not open.
 
 Opening with the key gives back the exact payload; without it (the key was
 destroyed: the content is erased) every sealed value takes its erased form,
-equal to what ``chatledger.domain.erasure`` makes of the value in memory.
+equal to what ``chatledger.domain.erased_forms`` makes of the value in memory.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic_core import to_json
 
-from chatledger.domain.erasure import (
+from chatledger.domain.erased_forms import (
     ERASED_CONTEXT,
     ERASED_TASK,
     erased_item,

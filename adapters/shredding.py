@@ -19,9 +19,9 @@ from uuid import UUID
 from eventsourcing.utils import resolve_topic
 from sqlalchemy import delete, select
 
-from chatledger.adapters.projector import store_errors
 from chatledger.adapters.schema import events_table, snapshots_table
 from chatledger.adapters.sealing import PARTS, holds_plain_content, key_id_of
+from chatledger.adapters.sql_projector import store_errors
 from chatledger.adapters.store import EventStoreApplication
 
 

@@ -36,9 +36,9 @@ from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper
 from chatledger.adapters.recorders import SqlEventRecorder, SqlRecorder, SqlSnapshotRecorder
 from chatledger.adapters.schema import events_table, snapshots_table
 from chatledger.adapters.sealing import PARTS
-from chatledger.domain.errors import ChatLedgerError, InvalidInput
 from chatledger.domain.events import MessageAdded
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
+from chatledger.domain.failures import ChatLedgerError, InvalidInput
 from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
 from chatledger.domain.session import Session, replay
 from chatledger.projections.facts import stored_facts

@@ -2,7 +2,7 @@
 
 ``ErasureOperations`` is mixed into ``SessionLedger``; each method checks its
 arguments, applies the tenant rule and makes one call into
-``chatledger.service.erasure`` (what is erased and what stays:
+``chatledger.service.erasing`` (what is erased and what stays:
 docs/erasure.md).
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from chatledger.boundary import public
 from chatledger.domain.access import check_principal, query_scope
-from chatledger.domain.errors import AccessDenied, InvalidInput
+from chatledger.domain.failures import AccessDenied, InvalidInput
 from chatledger.domain.identity import validate_key
 from chatledger.domain.values import Principal
 from chatledger.ledger_base import LedgerBase
 from chatledger.results import ErasureResult
-from chatledger.service import erasure
+from chatledger.service import erasing
 
 
 class ErasureOperations(LedgerBase):
@@ -44,7 +44,7 @@ class ErasureOperations(LedgerBase):
         history.
         """
         found = self._target(principal, key, account_id)
-        return erasure.erase_session(
+        return erasing.erase_session(
             self.core, principal, found, allow_unencrypted=bool(allow_unencrypted)
         )
 
@@ -69,7 +69,7 @@ class ErasureOperations(LedgerBase):
                 "user id belong to no user: erase them one by one, or the whole account)."
             )
         tenant = query_scope(principal, account_id) or principal.account_id
-        return erasure.erase_user(
+        return erasing.erase_user(
             self.core, principal, tenant, user_id, allow_unencrypted=bool(allow_unencrypted)
         )
 
@@ -84,6 +84,6 @@ class ErasureOperations(LedgerBase):
         validate_key(account_id, what="account id")
         if not principal.is_admin:
             raise AccessDenied("Only admins may erase a whole account; nothing was erased.")
-        return erasure.erase_tenant(
+        return erasing.erase_tenant(
             self.core, principal, account_id, allow_unencrypted=bool(allow_unencrypted)
         )

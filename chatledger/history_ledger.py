@@ -16,7 +16,7 @@ from chatledger.domain.ports import ArchiveBody
 from chatledger.domain.values import Principal
 from chatledger.ledger_base import LedgerBase
 from chatledger.results import ChainHead, ImportResult, SessionDiff, SessionView, VerifyReport
-from chatledger.service import erasure, integrity, timetravel, transfer
+from chatledger.service import erasing, integrity, timetravel, transfer
 from chatledger.service.messages import idempotency_key as checked_key
 
 
@@ -44,7 +44,7 @@ class HistoryOperations(LedgerBase):
         """The full body of one of the session's archives from the archive store, decrypted
         (erased content reads as erased); ``None`` without an archive store or such a body."""
         found = self._target(principal, key, account_id)
-        return erasure.archive_body(self.core, found, archive_id)
+        return erasing.archive_body(self.core, found, archive_id)
 
     @public
     def fork(

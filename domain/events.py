@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from chatledger.domain.aggregate import SessionFields
-from chatledger.domain.erasure import (
+from chatledger.domain.erased_forms import (
     erased_archive,
     erased_context,
     erased_message,

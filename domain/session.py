@@ -18,12 +18,6 @@ from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanSnapshotAgg
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ConfigDict, Field
 
-from chatledger.domain.errors import (
-    ConcurrencyConflict,
-    InvalidInput,
-    SessionErased,
-    UnknownSession,
-)
 from chatledger.domain.events import (
     ArchiveMerged,
     Closed,
@@ -47,6 +41,12 @@ from chatledger.domain.events import (
     UsageImported,
 )
 from chatledger.domain.eventsourced import DomainEvent
+from chatledger.domain.failures import (
+    ConcurrencyConflict,
+    InvalidInput,
+    SessionErased,
+    UnknownSession,
+)
 from chatledger.domain.identity import session_id
 from chatledger.domain.values import (
     ArchiveSummary,

@@ -22,7 +22,14 @@ from typing import Annotated
 
 import typer
 
-from chatledger.cli import demo, erasure, inspection, integrity, operations, web
+from chatledger.cli import (
+    demo_command,
+    erase_command,
+    inspection,
+    integrity_commands,
+    operations,
+    serve_command,
+)
 from chatledger.cli.common import Command, ExitCode, Group
 
 __all__ = ["ExitCode", "app", "main", "projector_main"]
@@ -39,13 +46,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 for _group in (
-    inspection.group,
-    integrity.group,
-    erasure.group,
-    operations.group,
-    demo.group,
-    web.group,
-):
+    inspection.group, integrity_commands.group, erase_command.group, operations.group,
+    demo_command.group, serve_command.group,
+):  # fmt: skip
     app.add_typer(_group)
 
 

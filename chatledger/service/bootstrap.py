@@ -20,7 +20,7 @@ from chatledger.adapters.keyring import KeyRing
 from chatledger.adapters.schema import create_tables, keys_table, require_tables
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.adapters.summarizer import ExtractiveSummarizer
-from chatledger.domain.errors import (
+from chatledger.domain.failures import (
     InvalidSettings,
     LedgerNotFound,
     StoreUnavailable,

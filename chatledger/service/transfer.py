@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from chatledger.adapters.chain import ChainRow, first_breaks
 from chatledger.adapters.sealing import key_id_of
 from chatledger.adapters.store import EventStoreApplication
-from chatledger.domain.errors import InvalidInput
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.ports import KeyRecord, KeyStore
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros

@@ -34,7 +34,7 @@ from uuid import UUID
 from chatledger.adapters.sealing import open_body
 from chatledger.adapters.shredding import Survey, delete_snapshots, started_sessions, survey
 from chatledger.domain.access import SCOPE_PREFIX, Target
-from chatledger.domain.errors import AccessDenied, ChatLedgerError, InvalidInput, UnknownSession
+from chatledger.domain.failures import AccessDenied, ChatLedgerError, InvalidInput, UnknownSession
 from chatledger.domain.ports import ArchiveBody
 from chatledger.domain.session import ErasureScope, Session
 from chatledger.domain.values import Principal
