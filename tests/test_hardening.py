@@ -476,7 +476,7 @@ def test_export_payloads_are_json_objects(make_ledger: Callable[..., SessionLedg
     bytes: the text itself without encryption, its ciphertext (``sealed``) with it."""
     text = 'naïve ✓ "quoted" \\ back\nslash'
     make_ledger(encryption=False).add_message(ALICE, "plain", "user", text)
-    make_ledger().add_message(ALICE, "sealed", "user", text)
+    make_ledger(encryption=True).add_message(ALICE, "sealed", "user", text)
     header, records = _export_records(make_ledger())
     assert json.loads(header)["format_version"] == 3
     added = {r["key"]: r["event"] for r in records if r["type"] == "MessageAdded"}
