@@ -124,7 +124,10 @@ def summarize(event: SessionEvent) -> str:
     Control characters (from an error text, say) become spaces: the line is
     kept in a text column, and PostgreSQL refuses NUL there.
     """
-    return printable(_summary(event))
+    text = _summary(event)
+    # isprintable() is False for every control character (and for a few more): a
+    # quick pass for the usual line, the replacing one only where it may change it.
+    return text if text.isprintable() else printable(text)
 
 
 def _summary(event: SessionEvent) -> str:
