@@ -32,7 +32,7 @@ are the only contention:
    wakes within milliseconds (a busy one polls anyway), and a lost
    notification only costs it a poll interval.
 
-Why the log order stays right without the lock (``eventstore.LogCursor``
+Why the log order stays right without the lock (``schema.LogCursor``
 says what the projector does with ``tx_id``): version ``v + 1`` of a session
 is only ever written after version ``v`` was seen committed -- read in step
 1's snapshot, or remembered from this process's own committed append -- and

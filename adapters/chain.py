@@ -18,6 +18,7 @@ import hmac
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
@@ -127,3 +128,49 @@ def first_breaks(rows: Iterable[ChainRow], key: bytes | None = None) -> Iterator
             continue
         previous = row.hash
         expected_version += 1
+
+
+def as_bytes(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value) if value is not None else b""
+
+
+def as_int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1
+
+
+def as_uuid(value: Any) -> UUID:
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        return UUID(int=0)
+
+
+def stored_chain_row(
+    position: Any,
+    oid: Any,
+    version: Any,
+    topic: Any,
+    state: Any,
+    timestamp_us: Any,
+    digest: Any,
+    *,
+    facts: tuple[Any, ...] | None = None,
+) -> ChainRow:
+    """A stored row as the chain sees it; values of the wrong type become impossible ones."""
+    return ChainRow(
+        position=as_int(position),
+        originator_id=as_uuid(oid),
+        version=as_int(version),
+        topic=str(topic),
+        state=as_bytes(state),
+        timestamp_us=as_int(timestamp_us),
+        hash=as_bytes(digest),
+        facts=facts,
+    )

@@ -24,7 +24,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.exc import SQLAlchemyError as SQLAlchemyError  # re-exported for the face
 from sqlalchemy.pool import StaticPool
 
-from chatledger.domain.errors import InvalidSettings
+from chatledger.domain.failures import InvalidSettings
 
 Synchronous = Literal["full", "normal"]
 
@@ -49,6 +49,18 @@ def sqlite_file(url: str) -> str | None:
     if database in ("", ":memory:") or database.startswith("file:"):
         return None  # in memory, or a URI filename whose mode= the caller chose
     return database
+
+
+def sqlite_in_memory(url: str) -> bool:
+    """Whether ``url`` is an in-memory SQLite database (gone when the process exits)."""
+    try:
+        parsed = make_url(normalise_url(url))
+    except ArgumentError:
+        return False
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    database = parsed.database or ""
+    return database in ("", ":memory:") or "mode=memory" in database
 
 
 def create_store_engine(

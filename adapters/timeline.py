@@ -15,7 +15,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, select, text
 
-from chatledger.adapters.eventstore import events_table
+from chatledger.adapters.schema import events_table
 
 _t = events_table
 _COLUMNS = (

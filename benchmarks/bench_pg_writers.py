@@ -47,7 +47,7 @@ from multiprocessing.connection import Connection
 from common import console, provenance
 from rich.table import Table
 
-from chatledger.adapters.eventstore import events_table
+from chatledger.adapters.schema import events_table
 from chatledger.projections.facts import StoredFacts
 
 TARGET_SCALING = 0.8

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from chatledger.boundary import public
-from chatledger.domain.errors import InvalidInput, StoreUnavailable, UnknownSession
+from chatledger.domain.failures import InvalidInput, StoreUnavailable, UnknownSession
 from chatledger.domain.identity import validate_key
 from chatledger.domain.limits import check_int, check_seconds
 from chatledger.domain.ports import ArchiveStore, Clock, Summarizer

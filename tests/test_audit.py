@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from chatledger import InvalidInput, SessionLedger
-from chatledger.adapters.eventstore import events_table
+from chatledger.adapters.schema import events_table
 from support import ADMIN, ALICE, BOB
 
 # Every column but tx_id, the writing transaction: it is not evidence (neither
-# hashed nor a fact), only when the row joined the log (see eventstore.LogCursor).
+# hashed nor a fact), only when the row joined the log (see schema.LogCursor).
 COLUMNS = [c.name for c in events_table.columns if c.name != "tx_id"]
 NUMERIC = {c.name for c in events_table.columns if c.type.python_type is int}
 

@@ -2,7 +2,7 @@
 
 On PostgreSQL writers append without a global lock, so transactions commit
 in any order; the projector follows only the part of the log below the
-oldest running transaction (``chatledger.adapters.eventstore.LogCursor``).
+oldest running transaction (``chatledger.adapters.schema.LogCursor``).
 These tests hammer that: writer threads and processes on their own and on
 shared sessions, "stragglers" whose appends commit late on purpose, and a
 follower applying spans as they become final, all at once. Afterwards every
@@ -32,8 +32,8 @@ import pytest
 from sqlalchemy import BigInteger, Column, Connection, MetaData, Table, Text, func, select, text
 
 from chatledger import AddedMessage, SessionLedger
-from chatledger.adapters.projector import EventLog, Projector
-from chatledger.adapters.read_models import (
+from chatledger.adapters.sql_projector import EventLog, Projector
+from chatledger.adapters.sql_read_models import (
     READ_MODELS,
     Span,
     SqlReadModel,

@@ -29,8 +29,8 @@ from chatledger import (
     SessionLedger,
     StoreUnavailable,
 )
-from chatledger.adapters.eventstore import LOG_START
-from chatledger.adapters.read_models import READ_MODEL_NAMES, WorkingSetModel, dump_rows
+from chatledger.adapters.schema import LOG_START
+from chatledger.adapters.sql_read_models import READ_MODEL_NAMES, WorkingSetModel, dump_rows
 from chatledger.domain.identity import session_id
 from chatledger.domain.session import Session
 from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES, archive_event_from_event

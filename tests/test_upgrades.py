@@ -147,8 +147,8 @@ def test_the_migrations_build_exactly_the_current_schema(database_url: str) -> N
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from chatledger.adapters.eventstore import metadata
     from chatledger.adapters.migrations import run_alembic
+    from chatledger.adapters.schema import metadata
 
     engine = create_engine(database_url)
     try:

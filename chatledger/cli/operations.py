@@ -52,7 +52,7 @@ def rebuild(
       chatledger rebuild --all
       chatledger rebuild usage --json
     """
-    from chatledger.adapters.read_models import READ_MODEL_NAMES
+    from chatledger.adapters.sql_read_models import READ_MODEL_NAMES
     from chatledger.errors import InvalidInput
     from chatledger.read_models import ReadModels
 
@@ -232,8 +232,8 @@ def migrate(*, call: Invocation) -> None:
       chatledger migrate --url postgresql+psycopg://admin@db/ledger --json
     """
     from chatledger.adapters.database import create_store_engine
-    from chatledger.adapters.eventstore import create_tables
     from chatledger.adapters.migrations import SCHEMA_HEAD, schema_revision
+    from chatledger.adapters.schema import create_tables
     from chatledger.errors import StoreUnavailable
     from chatledger.settings import load_settings
 

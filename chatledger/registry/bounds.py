@@ -5,11 +5,11 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from chatledger.domain.errors import ChatLedgerError, InvalidInput, UnknownSession
+from chatledger.domain.failures import ChatLedgerError, InvalidInput, UnknownSession
 from chatledger.domain.values import ClientContext
 
 
@@ -33,8 +33,13 @@ class SessionLimitError(ChatLedgerError):
     """The registry is at ``max_sessions`` and every session is busy; nothing was admitted."""
 
 
+Retention = Literal["keep", "delete"]
+"""What a registry does to a session's ledger state when the session leaves it."""
+
+
 class RegistryConfig(BaseModel):
-    """Bounds of a ``SessionRegistry``; ``None`` means unbounded. Zero and negatives are invalid."""
+    """Bounds and retention of a ``SessionRegistry``; ``None`` means unbounded. Zero and
+    negatives are invalid."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -44,6 +49,13 @@ class RegistryConfig(BaseModel):
     """Seconds a session may stay idle after its last turn ended before it expires."""
     max_queued: Annotated[int, Field(ge=1, strict=True)] | None = None
     """Turns that may wait behind the running one, per session."""
+    on_close: Retention = "keep"
+    """What ``close()`` records: ``keep`` a ``Closed`` event (the session can be adopted
+    again, its history and buffer intact); ``delete`` a ``Deleted`` event (the session leaves
+    the working set and its key starts afresh; the old history stays in the audit log)."""
+    on_evict: Retention = "keep"
+    """What an LRU or TTL eviction records: ``keep`` an ``Evicted`` event (adopting it brings
+    the session back as it was); ``delete`` a ``Deleted`` event, as for ``on_close``."""
 
 
 def normalise_id(session_id: object) -> str | None:

@@ -13,15 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from chatledger.adapters.chain_key import check_chain_key
 from chatledger.adapters.database import SQLAlchemyError, create_store_engine, sqlite_file
-from chatledger.adapters.eventstore import (
-    EventStoreApplication,
-    check_chain_key,
-    create_tables,
-    require_tables,
-)
+from chatledger.adapters.schema import create_tables, require_tables
+from chatledger.adapters.store import EventStoreApplication
 from chatledger.adapters.summarizer import ExtractiveSummarizer
-from chatledger.domain.errors import (
+from chatledger.domain.failures import (
     InvalidSettings,
     LedgerNotFound,
     StoreUnavailable,

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from chatledger.adapters.eventstore import KeyedRow
+from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target
-from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import Closed, Evicted, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.session import Session
 from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal
 from chatledger.results import AddedMessage, SessionView

@@ -4,7 +4,7 @@ Until this revision PostgreSQL appends took ``LOCK TABLE ... IN EXCLUSIVE
 MODE`` and numbered events max + 1, so positions followed commit order. Now
 appends run concurrently, positions come from the sequence
 ``chatledger_events_position``, and the log order is ``(tx_id, id)``
-(``chatledger.adapters.eventstore.LogCursor``). Every existing row gets
+(``chatledger.adapters.schema.LogCursor``). Every existing row gets
 ``tx_id = 0``: they were all committed before this upgrade, in id order, so
 ``(0, id)`` keeps exactly their order and puts them before anything appended
 later. The sequence starts after the highest existing position. New rows get

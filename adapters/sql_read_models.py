@@ -3,10 +3,10 @@
 Three read models, each a ``SqlReadModel`` with a name, a version and its own
 tables: the working set (one row per session), the archive history and tool
 usage. (The audit log needs no copy: it is the store's own rows with their
-stored facts, see ``chatledger.adapters.eventstore.query_audit``.)
+stored facts, see ``chatledger.adapters.audit_log.query_audit``.)
 ``apply(connection, span)`` brings a model from one log position to another
 inside the projector's transaction, which also moves the model's tracking
-position (see ``chatledger.adapters.projector``), so it never commits by
+position (see ``chatledger.adapters.sql_projector``), so it never commits by
 itself.
 
 The working set and usage are set-wise SQL over the stored facts every event
@@ -49,7 +49,7 @@ from sqlalchemy import (
     update,
 )
 
-from chatledger.adapters.eventstore import LogCursor, events_table
+from chatledger.adapters.schema import LogCursor, events_table
 from chatledger.domain.access import SCOPE_PREFIX
 from chatledger.domain.limits import MAX_INT, MAX_TOKENS
 from chatledger.domain.session import LIVE
@@ -174,7 +174,7 @@ class Span:
     ``where()`` is the SQL condition selecting exactly the span's rows of
     ``source``, with ``bounds`` as its parameters: by position where the log
     order is the position (SQLite), by ``(tx_id, id)`` where it is not
-    (PostgreSQL; see ``chatledger.adapters.eventstore.LogCursor``).
+    (PostgreSQL; see ``chatledger.adapters.schema.LogCursor``).
     """
 
     after: LogCursor

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chatledger.adapters.eventstore import KeyedRow
+from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target, scope_target
-from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import ItemsRemoved, MessageAdded, TailReplaced, new_id
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.items import describe_item
 from chatledger.domain.limits import MAX_NAME_CHARS, Limits, check_json, check_message
 from chatledger.domain.session import Session

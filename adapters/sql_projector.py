@@ -56,14 +56,14 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.append_postgres import append_channel
-from chatledger.adapters.eventstore import (
+from chatledger.adapters.schema import (
     CARRIES_ARCHIVES,
     LOG_START,
     LogCursor,
     events_table,
     orders_by_transaction,
 )
-from chatledger.adapters.read_models import (
+from chatledger.adapters.sql_read_models import (
     STAGE_COLUMNS,
     Span,
     SqlReadModel,
@@ -72,9 +72,9 @@ from chatledger.adapters.read_models import (
     stage_table,
     tracking_table,
 )
-from chatledger.domain.errors import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.events import EVENT_TYPES
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.timestamps import to_micros
 from chatledger.projections.archive_events import (
     ArchiveEvent,

@@ -1,0 +1,359 @@
+"""The recorders: chatledger's tables behind the eventsourcing library's recorder interfaces.
+
+``eventsourcing-sqlalchemy`` writes through the ORM and reaches about a tenth
+of a raw insert rate, which would make the append path the bottleneck. These
+recorders implement the library's ``ApplicationRecorder`` /
+``AggregateRecorder`` interfaces on SQLAlchemy Core for reads and DDL, and
+hand appends to the backend's own path on a DB-API connection
+(``append_sqlite``, ``append_postgres``). Version conflicts surface as the
+library's ``IntegrityError``; other driver errors as its ``OperationalError``
+/ ``DatabaseError`` (translated to ``chatledger.errors`` by the service).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple, TypeVar
+from uuid import UUID
+
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    DatabaseError,
+    IntegrityError,
+    Notification,
+    OperationalError,
+    StoredEvent,
+    Subscription,
+)
+from sqlalchemy import Engine, Table, Text, func, select, type_coerce
+
+from chatledger.adapters.append_postgres import PostgresAppender
+from chatledger.adapters.append_sqlite import SqliteAppender, SqliteWriter
+from chatledger.adapters.chain import ChainRow, stored_chain_row
+from chatledger.adapters.mapper import TimedStoredEvent
+from chatledger.adapters.schema import position_sequence
+from chatledger.adapters.store_errors import OutcomeUnknown
+from chatledger.projections.facts import FACT_COLUMNS, StoredFacts
+
+_T = TypeVar("_T")
+
+
+class SqlRecorder:
+    """Shared plumbing: the write transaction, stream reads, error translation."""
+
+    def __init__(self, engine: Engine, table: Table) -> None:
+        self.engine = engine
+        self.table = table
+        self.dialect = engine.dialect.name
+        self.dbapi: Any = engine.dialect.loaded_dbapi
+        self._sqlite = SqliteWriter(engine, self._translate) if self.dialect == "sqlite" else None
+
+    def _translate(self, error: Exception) -> Exception:
+        if isinstance(error, self.dbapi.IntegrityError):
+            return IntegrityError(str(error))
+        if isinstance(error, self.dbapi.OperationalError | self.dbapi.InterfaceError):
+            return OperationalError(str(error))
+        return DatabaseError(str(error))
+
+    def _in_write_transaction(self, work: Callable[[Any], _T]) -> _T:
+        """Run ``work(cursor)`` in one write transaction and commit it.
+
+        SQLite: this process's one writer connection, ``BEGIN IMMEDIATE``, so
+        the write lock is held from the start. PostgreSQL: a pooled connection.
+        Driver errors come out as the library's exceptions.
+        """
+        if self._sqlite is not None:
+            return self._sqlite.run(work)
+        return self._in_postgres_transaction(work)
+
+    def _in_postgres_transaction(self, work: Callable[[Any], _T]) -> _T:
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            try:
+                result = work(cursor)
+            except BaseException:
+                connection.rollback()
+                raise
+            finally:
+                cursor.close()
+            try:
+                connection.commit()
+            except self.dbapi.Error as error:
+                # The COMMIT was sent but its answer never came (the connection or the
+                # server went away): the transaction may have committed, or not.
+                connection.invalidate()
+                raise OutcomeUnknown(str(error)) from error
+        except self.dbapi.Error as error:
+            raise self._translate(error) from error
+        finally:
+            connection.close()
+        return result
+
+    def close(self) -> None:
+        if self._sqlite is not None:
+            self._sqlite.close()
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """One stream's rows (events or snapshots) in version order, as the library reads them."""
+        t = self.table
+        oid = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+        query = select(t.c.originator_version, t.c.topic, t.c.state, t.c.timestamp_us).where(
+            t.c.originator_id == oid
+        )
+        if gt is not None:
+            query = query.where(t.c.originator_version > gt)
+        if lte is not None:
+            query = query.where(t.c.originator_version <= lte)
+        order = t.c.originator_version.desc() if desc else t.c.originator_version.asc()
+        query = query.order_by(order)
+        if limit is not None:
+            query = query.limit(limit)
+        try:
+            with self.engine.connect() as connection:
+                rows = connection.execute(query).all()
+        except Exception as error:
+            raise self._translate_any(error) from error
+        return [
+            TimedStoredEvent(
+                originator_id=oid,
+                originator_version=int(version),
+                topic=topic,
+                state=bytes(state),
+                timestamp_us=int(timestamp_us),
+            )
+            for version, topic, state, timestamp_us in rows
+        ]
+
+    def _translate_any(self, error: Exception) -> Exception:
+        original = getattr(error, "orig", None)
+        if isinstance(original, self.dbapi.Error):
+            return self._translate(original)
+        return OperationalError(str(error))
+
+
+class KeyedRow(NamedTuple):
+    """A stored event of a write made with an idempotency key, with what a retry returns."""
+
+    position: int
+    version: int
+    stored: StoredEvent
+    pending_tokens: int
+
+
+class SqlSnapshotRecorder(SqlRecorder, AggregateRecorder):
+    """Stores snapshots; a snapshot at a version already stored is ignored."""
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+        mark = "?" if self.dialect == "sqlite" else "%s"
+        sql = (
+            f"INSERT INTO {self.table.name} (originator_id, originator_version, topic, state, "
+            f"timestamp_us) VALUES ({mark}, {mark}, {mark}, {mark}, {mark})"
+        )
+        sqlite = self.dialect == "sqlite"
+
+        def insert(cursor: Any) -> None:
+            for row in stored_events:
+                oid = row.originator_id
+                oid = oid if isinstance(oid, UUID) else UUID(str(oid))
+                cursor.execute(
+                    sql,
+                    (
+                        oid.hex if sqlite else oid, row.originator_version, row.topic, row.state,
+                        getattr(row, "timestamp_us", 0),
+                    ),
+                )  # fmt: skip
+
+        # Another process may have stored the same snapshot: equal by construction.
+        with contextlib.suppress(IntegrityError):
+            self._in_write_transaction(insert)
+
+
+class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
+    """The application sequence: per-session streams plus one global order.
+
+    Appends go through the backend's append path (``append_sqlite`` or
+    ``append_postgres``); everything else is shared.
+    """
+
+    def __init__(self, engine: Engine, table: Table, *, chain_key: bytes | None = None) -> None:
+        super().__init__(engine, table)
+        self.chain_key = chain_key
+        # The backend's append path, public for tests that hold an append between its steps.
+        self.sqlite = (
+            SqliteAppender(self._sqlite, table, chain_key=chain_key)
+            if self._sqlite is not None
+            else None
+        )
+        self.postgres = (
+            PostgresAppender(engine, table, position_sequence, chain_key=chain_key)
+            if self.dialect == "postgresql"
+            else None
+        )
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        """Append events, each hashed onto its session's chain; return their positions."""
+        if not stored_events:
+            return []
+        if self.postgres is not None:
+            return self.postgres.append(stored_events)
+        assert self.sqlite is not None
+        return self.sqlite.append(stored_events)
+
+    def close(self) -> None:
+        super().close()
+        if self.postgres is not None:
+            self.postgres.close()
+
+    def insert_exported(self, rows: Sequence[ChainRow], facts: Sequence[StoredFacts]) -> None:
+        """Insert rows with their original positions and hashes (and facts) into an empty store."""
+        if self.postgres is not None:
+            self.postgres.insert_exported(rows, facts)
+            return
+        assert self.sqlite is not None
+        self.sqlite.insert_exported(rows, facts)
+
+    def chain_rows(self, originator_id: UUID | None = None) -> Iterator[ChainRow]:
+        """Stored rows ordered by (session, version), streamed, for verification and export."""
+        t = self.table
+        # The id column is read uncoerced: a row edited by hand may hold
+        # anything, and must come out as a (broken) row, not a crash.
+        raw_id = (
+            type_coerce(t.c.originator_id, Text())
+            if self.dialect == "sqlite"
+            else t.c.originator_id
+        )
+        query = select(
+            t.c.id, raw_id, t.c.originator_version, t.c.topic, t.c.state,
+            t.c.timestamp_us, t.c.hash, *(t.c[c] for c in FACT_COLUMNS),
+        ).order_by(t.c.originator_id, t.c.originator_version)  # fmt: skip
+        if originator_id is not None:
+            query = query.where(t.c.originator_id == originator_id)
+        try:
+            with self.engine.connect() as connection:
+                result = connection.execution_options(yield_per=2000).execute(query)
+                for values in result:
+                    yield stored_chain_row(*values[:7], facts=tuple(values[7:]))
+        except Exception as error:
+            raise self._translate_any(error) from error
+
+    def keyed_rows(self, originator_id: UUID, key: str, limit: int) -> list[KeyedRow]:
+        """The write made with idempotency ``key`` in the session: its first event and up to
+        ``limit - 1`` after it, in version order; empty if no such write was recorded."""
+        t = self.table
+        keyed = (
+            select(t.c.originator_version)
+            .where(t.c.originator_id == originator_id, t.c.idempotency_key == key)
+            .scalar_subquery()
+        )
+        query = (
+            select(
+                t.c.id, t.c.originator_version, t.c.topic, t.c.state, t.c.timestamp_us,
+                t.c.pending_tokens,
+            )
+            .where(t.c.originator_id == originator_id, t.c.originator_version >= keyed)
+            .order_by(t.c.originator_version)
+            .limit(limit)
+        )  # fmt: skip
+        try:
+            with self.engine.connect() as connection:
+                rows = connection.execute(query).all()
+        except Exception as error:
+            raise self._translate_any(error) from error
+        return [
+            KeyedRow(
+                int(position),
+                int(version),
+                TimedStoredEvent(
+                    originator_id=originator_id,
+                    originator_version=int(version),
+                    topic=topic,
+                    state=bytes(state),
+                    timestamp_us=int(timestamp_us),
+                ),
+                int(pending),
+            )
+            for position, version, topic, state, timestamp_us, pending in rows
+        ]
+
+    def version_at(self, originator_id: UUID, timestamp_us: int) -> int | None:
+        """The last version of a stream recorded at or before a moment, if any."""
+        t = self.table
+        query = (
+            select(t.c.originator_version)
+            .where(t.c.originator_id == originator_id, t.c.timestamp_us <= timestamp_us)
+            .order_by(t.c.originator_version.desc())
+            .limit(1)
+        )
+        try:
+            with self.engine.connect() as connection:
+                value = connection.execute(query).scalar()
+        except Exception as error:
+            raise self._translate_any(error) from error
+        return None if value is None else int(value)
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        """The library's notification log: rows by position.
+
+        On PostgreSQL positions are not the log order, and a position may be
+        filled after a higher one is visible: chatledger's own projector
+        follows ``chatledger.adapters.sql_projector.EventLog`` instead.
+        """
+        t = self.table
+        query = select(t.c.id, t.c.originator_id, t.c.originator_version, t.c.topic, t.c.state)
+        if start is not None:
+            query = query.where(t.c.id >= start if inclusive_of_start else t.c.id > start)
+        if stop is not None:
+            query = query.where(t.c.id <= stop)
+        if topics:
+            query = query.where(t.c.topic.in_(list(topics)))
+        query = query.order_by(t.c.id).limit(limit)
+        try:
+            with self.engine.connect() as connection:
+                rows = connection.execute(query).all()
+        except Exception as error:
+            raise self._translate_any(error) from error
+        return [
+            Notification(
+                id=int(nid),
+                originator_id=oid,
+                originator_version=int(version),
+                topic=topic,
+                state=bytes(state),
+            )
+            for nid, oid, version, topic, state in rows
+        ]
+
+    def max_notification_id(self) -> int | None:
+        try:
+            with self.engine.connect() as connection:
+                value = connection.execute(select(func.max(self.table.c.id))).scalar()
+        except Exception as error:
+            raise self._translate_any(error) from error
+        return None if value is None else int(value)
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> Subscription[ApplicationRecorder]:
+        raise NotImplementedError(
+            "chatledger follows the log by polling select_notifications(); "
+            "subscriptions are not offered by this recorder."
+        )

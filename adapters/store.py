@@ -1,0 +1,255 @@
+"""The event store application: the library's ``Application`` on chatledger's recorders.
+
+Builds the recorders on the engine the composition root chose, encodes
+session events through chatledger's mapper (refusing any that could not be
+kept), records a session's pending events in one transaction, snapshots, and
+loads a session from its newest usable snapshot and the events after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, TypeVar
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    DatabaseError,
+    InfrastructureFactory,
+    MapperDeserialisationError,
+    ProcessRecorder,
+    StoredEvent,
+    TrackingRecorder,
+)
+from eventsourcing.utils import Environment
+from pydantic_core import PydanticSerializationError
+from sqlalchemy import Engine
+
+from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper
+from chatledger.adapters.recorders import SqlEventRecorder, SqlRecorder, SqlSnapshotRecorder
+from chatledger.adapters.schema import events_table, snapshots_table
+from chatledger.domain.events import MessageAdded
+from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import InvalidInput
+from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
+from chatledger.domain.session import Session, replay
+from chatledger.projections.facts import stored_facts
+
+logger = logging.getLogger("chatledger.store")
+_R = TypeVar("_R", bound=SqlRecorder)
+
+
+class SqlInfrastructureFactory(InfrastructureFactory[TrackingRecorder]):
+    """Builds chatledger's recorders on one engine (chosen by the composition root)."""
+
+    def __init__(self, env: Environment, *, engine: Engine, chain_key: bytes | None) -> None:
+        super().__init__(env)
+        self.engine = engine
+        self.chain_key = chain_key
+        self._recorders: list[SqlRecorder] = []
+
+    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
+        if purpose == "snapshots":
+            return self._keep(SqlSnapshotRecorder(self.engine, snapshots_table))
+        return self._keep(SqlEventRecorder(self.engine, events_table, chain_key=self.chain_key))
+
+    def application_recorder(self) -> ApplicationRecorder:
+        return self._keep(SqlEventRecorder(self.engine, events_table, chain_key=self.chain_key))
+
+    def _keep(self, recorder: _R) -> _R:
+        self._recorders.append(recorder)
+        return recorder
+
+    def tracking_recorder(
+        self, tracking_recorder_class: type[TrackingRecorder] | None = None
+    ) -> TrackingRecorder:
+        raise NotImplementedError("Tracking recorders are not part of the event store.")
+
+    def process_recorder(self) -> ProcessRecorder:
+        raise NotImplementedError("Process recorders are not part of the event store.")
+
+    def is_snapshotting_enabled(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        for recorder in self._recorders:
+            recorder.close()
+        self.engine.dispose()
+
+
+class EventStoreApplication(Application[UUID]):
+    """The library's application object, wired to chatledger's recorders and mapper.
+
+    Snapshots are taken from the in-memory aggregate that was just saved (the
+    library's default re-reads it from the database in a second transaction).
+    """
+
+    name = "chatledger"
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        snapshot_interval: int,
+        chain_key: bytes | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
+        self._engine = engine
+        self._chain_key = chain_key
+        self.snapshot_interval = snapshot_interval
+        self.max_event_bytes = max_event_bytes
+        super().__init__(env={"AGGREGATE_CACHE_MAXSIZE": "", "IS_SNAPSHOTTING_ENABLED": "y"})
+
+    def construct_factory(self, env: Environment) -> InfrastructureFactory[TrackingRecorder]:
+        return SqlInfrastructureFactory(env, engine=self._engine, chain_key=self._chain_key)
+
+    def construct_mapper(self) -> PydanticMapper:
+        return PydanticMapper(transcoder=JSONBytesTranscoder())
+
+    @property
+    def event_recorder(self) -> SqlEventRecorder:
+        recorder = self.recorder
+        assert isinstance(recorder, SqlEventRecorder)
+        return recorder
+
+    def record(self, session: Session) -> list[int]:
+        """Append the session's pending events in one transaction; return their positions.
+
+        On failure the pending events are gone and the aggregate object is ahead
+        of the store: the caller must discard it.
+        """
+        pending = session.collect_changes()
+        if not pending:
+            return []
+        stored = []
+        for event, counters in pending:
+            row = self._encode(event)
+            row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
+            stored.append(row)
+        positions = self.event_recorder.insert_events(stored)
+        if self.snapshots is not None and session.should_snapshot(self.snapshot_interval):
+            self._snapshot(session)
+        return positions
+
+    def record_together(self, sessions: Sequence[Session]) -> list[list[int]]:
+        """Append the pending events of several sessions in ONE transaction (all or none);
+        return each session's positions. Used when a write must change several streams
+        atomically (a session and the shared state scopes it updates)."""
+        stored = []
+        counts = []
+        for session in sessions:
+            pending = session.collect_changes()
+            counts.append(len(pending))
+            for event, counters in pending:
+                row = self._encode(event)
+                row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
+                stored.append(row)
+        positions = self.event_recorder.insert_events(stored) if stored else []
+        result, start = [], 0
+        for session, count in zip(sessions, counts, strict=True):
+            result.append(positions[start : start + count])
+            start += count
+            snapshots = count and self.snapshots is not None
+            if snapshots and session.should_snapshot(self.snapshot_interval):
+                self._snapshot(session)
+        return result
+
+    def _encode(self, event: SessionEvent) -> StoredEvent:
+        """The stored form of ``event``, refused (``InvalidInput``) unless it can be kept.
+
+        Input is checked where it enters (``chatledger.domain.limits``); this is
+        the last line: the payload must serialise, stay under ``max_event_bytes``,
+        and -- for every kind of event but the hot ``MessageAdded``, whose fields
+        the input checks cover completely -- decode back into an equal event.
+        """
+        try:
+            row = self.mapper.to_stored_event(event)
+        except PydanticSerializationError as error:
+            raise InvalidInput(
+                f"{type(event).__name__} cannot be serialised ({error}); nothing was recorded."
+            ) from None
+        size = len(row.state)
+        if size > self.max_event_bytes:
+            raise InvalidInput(
+                f"{type(event).__name__} would take {size} bytes; the limit is "
+                f"{self.max_event_bytes} (setting max_event_bytes). Nothing was recorded."
+            )
+        if type(event) is not MessageAdded:
+            try:
+                equal = self.mapper.to_domain_event(row) == event
+            except MapperDeserialisationError:
+                equal = False
+            if not equal:
+                raise InvalidInput(
+                    f"{type(event).__name__} would not read back as recorded (a value JSON "
+                    "cannot hold exactly); nothing was recorded."
+                )
+        return row
+
+    @property
+    def snapshot_recorder(self) -> SqlSnapshotRecorder:
+        recorder = self.snapshots.recorder if self.snapshots is not None else None
+        assert isinstance(recorder, SqlSnapshotRecorder)
+        return recorder
+
+    def load(self, session_id: UUID, version: int | None = None) -> Session:
+        """A session from its newest snapshot (at or before ``version``) and later events.
+
+        A snapshot is trusted only as a shortcut: its own version must still be
+        in the stream (one from beyond the last event would make every later
+        write conflict) and it must decode; otherwise the session is replayed
+        from its first event and the snapshot is reported in the log. Raises the
+        library's ``AggregateNotFoundError`` for an unknown id.
+        """
+        session: Session | None = None
+        start = 0
+        newest = self.snapshot_recorder.select_events(session_id, lte=version, desc=True, limit=1)
+        if newest:
+            snapshot = newest[0]
+            try:
+                decoded: Any = self.mapper.to_domain_event(snapshot)  # a Session.Snapshot
+                session = decoded.mutate(None)
+                start = snapshot.originator_version - 1  # read its own event too: is it there?
+            except Exception as error:  # any decoding problem: replay instead
+                logger.warning(
+                    "Snapshot of session %s at version %d cannot be decoded (%s); replaying "
+                    "its events instead. verify() reports it.",
+                    session_id, snapshot.originator_version, error,
+                )  # fmt: skip
+                session = None
+        rows = self.event_recorder.select_events(session_id, gt=start or None, lte=version)
+        if session is not None:
+            if not rows or rows[0].originator_version != session.version:
+                logger.warning(
+                    "Snapshot of session %s at version %d is past its last event; replaying "
+                    "its events instead. verify() reports it.",
+                    session_id, session.version,
+                )  # fmt: skip
+                session = None
+                rows = self.event_recorder.select_events(session_id, lte=version)
+            else:
+                rows = rows[1:]
+        loaded = replay(session, (self.mapper.to_domain_event(row) for row in rows))
+        if loaded is None:
+            raise AggregateNotFoundError(f"No session with id {session_id}")
+        return loaded
+
+    def snapshot_rows(self, session_id: UUID) -> Sequence[StoredEvent]:
+        """A session's stored snapshots, undecoded, oldest first (for verification)."""
+        return self.snapshot_recorder.select_events(session_id)
+
+    def _snapshot(self, session: Session) -> None:
+        assert self.snapshots is not None
+        # A snapshot only speeds loading; the events are already safe without it.
+        try:
+            self.snapshots.put([Session.Snapshot.take(session)])
+        except DatabaseError as error:
+            logger.warning("snapshot of session %s at v%d not stored: %s", session.id,
+                           session.version, error)  # fmt: skip
+            return
+        session.rebuilt_from = (session.version, session.state_items)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("snapshot of session %s at v%d", session.id, session.version)
