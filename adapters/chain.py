@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 GENESIS = bytes(32)
 _HEADER = struct.Struct(">q16sqqI")
 _LENGTH = struct.Struct(">Q")
+_sha256 = hashlib.sha256
 
 
 def chain_hash(
@@ -40,19 +41,35 @@ def chain_hash(
     key: bytes | None = None,
 ) -> bytes:
     """The hash of one stored event, given the hash of the event before it."""
-    topic_bytes = topic.encode()
+    return link_hash(
+        previous, position, originator_id.bytes, version, timestamp_us, topic.encode(), state, key
+    )
+
+
+def link_hash(
+    previous: bytes,
+    position: int,
+    originator_id: bytes,
+    version: int,
+    timestamp_us: int,
+    topic: bytes,
+    state: bytes,
+    key: bytes | None,
+) -> bytes:
+    """``chain_hash`` on values already in bytes (the session id's 16, the topic encoded),
+    positionally: the form the append paths and ``verify`` call once per event."""
     message = b"".join(
         (
             previous,
-            _HEADER.pack(position, originator_id.bytes, version, timestamp_us, len(topic_bytes)),
-            topic_bytes,
+            _HEADER.pack(position, originator_id, version, timestamp_us, len(topic)),
+            topic,
             _LENGTH.pack(len(state)),
             state,
         )
     )
     if key:
-        return hmac.new(key, message, hashlib.sha256).digest()
-    return hashlib.sha256(message).digest()
+        return hmac.new(key, message, _sha256).digest()
+    return _sha256(message).digest()
 
 
 @dataclass(frozen=True)

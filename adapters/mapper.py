@@ -64,7 +64,8 @@ class PydanticMapper(Mapper[UUID]):
             payload["class_version"] = class_version
             data = json.dumps(payload, separators=(",", ":")).encode()
         else:
-            data = model.model_dump_json(exclude=exclude).encode()
+            # The serializer itself: model_dump_json() is a Python wrapper around it.
+            data = cls.__pydantic_serializer__.to_json(model, exclude=exclude)
         if self.compressor:
             data = self.compressor.compress(data)
         if self.cipher:

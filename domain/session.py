@@ -222,7 +222,8 @@ class Session(BaseAggregate[UUID]):
             )
 
     def add_message(self, message: Message, *, actor: Principal, timestamp: datetime) -> None:
-        self.restart_if_deleted(None, actor=actor, timestamp=timestamp)
+        if self.deleted:
+            self.restart_if_deleted(None, actor=actor, timestamp=timestamp)
         if message.id in self.buffer:
             raise InvalidInput(
                 f"A message with id {message.id!r} is already in the live buffer; "
