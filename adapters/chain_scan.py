@@ -89,3 +89,38 @@ def snapshot_versions(
     except recorder.dbapi.Error as error:
         raise recorder.translate(error) from error
     return found
+
+
+class SnapshotReader:
+    """Reads one session's stored snapshots at a time on one connection held for a whole
+    ``verify`` (an ordinary read per session would check one out of the pool each time)."""
+
+    def __init__(self, recorder: SqlSnapshotRecorder) -> None:
+        self._recorder = recorder
+        sqlite = recorder.dialect == "sqlite"
+        self._sqlite = sqlite
+        mark = "?" if sqlite else "%s"
+        self._sql = (
+            f"SELECT originator_version, topic, state FROM {recorder.table.name} "
+            f"WHERE originator_id = {mark} ORDER BY originator_version"
+        )
+        self._connection: Any = None
+
+    def rows(self, originator_id: UUID) -> list[tuple[int, str, bytes]]:
+        """(version, topic, state) of each stored snapshot of the session, oldest first."""
+        try:
+            if self._connection is None:
+                self._connection = self._recorder.engine.raw_connection()
+            cursor = self._connection.cursor()
+            cursor.execute(self._sql, (originator_id.hex if self._sqlite else originator_id,))
+            found = [(int(v), str(t), bytes(s)) for v, t, s in cursor.fetchall()]
+            cursor.close()
+        except self._recorder.dbapi.Error as error:
+            raise self._recorder.translate(error) from error
+        return found
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.rollback()
+            self._connection.close()
+            self._connection = None

@@ -68,6 +68,7 @@ class PydanticMapper(Mapper[UUID]):
         # Per topic: the event class whose stored payloads event_of_row() parses in one
         # pass, or None where it cannot (not a pydantic class, an older class_version).
         self._fast_classes: dict[str, type[BaseModel] | None] = {}
+        self._last_id: tuple[UUID | None, bytes] = (None, b"")  # and its JSON text
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         model: BaseModel = domain_event
@@ -148,8 +149,11 @@ class PydanticMapper(Mapper[UUID]):
             and len(state) > 2
             and b'"originator_' not in state  # would clash with the spliced fields
         ):
+            last = self._last_id  # rows come session by session: its text once each
+            if last[0] is not originator_id:
+                last = self._last_id = (originator_id, str(originator_id).encode())
             data = b'{"originator_id":"%s","originator_version":%d,%s' % (
-                str(originator_id).encode(), version, state[1:],
+                last[1], version, state[1:],
             )  # fmt: skip
             try:
                 return cls.__pydantic_validator__.validate_json(data)

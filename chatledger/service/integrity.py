@@ -31,7 +31,7 @@ from typing import Any
 from uuid import UUID
 
 from chatledger.adapters.chain import BrokenLink, ChainRow, as_uuid, first_break
-from chatledger.adapters.chain_scan import scan_rows, snapshot_versions
+from chatledger.adapters.chain_scan import SnapshotReader, scan_rows, snapshot_versions
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.access import query_scope, target, visible
 from chatledger.domain.values import Principal
@@ -114,11 +114,53 @@ def verify(
     *,
     deep: bool = False,
 ) -> VerifyReport:
-    chain_key = store.event_recorder.chain_key
     only = None if key is None else target(principal, key, account_id).session_id
     scope = query_scope(principal, account_id)
     anchored = {a.session_id: a for a in anchors}
     snapshots = snapshot_versions(store.snapshot_recorder, only)
+    reader = SnapshotReader(store.snapshot_recorder)
+    try:
+        issues, heads, counts = _verify_sessions(
+            store, principal, only, scope, anchored, snapshots, reader, deep
+        )
+    finally:
+        reader.close()
+    if key is None:
+        # An anchored session with no rows left at all was deleted whole.
+        for anchor in anchored.values():
+            if visible(principal, anchor.tenant) and account_id in (None, anchor.tenant):
+                issues.append(
+                    VerifyIssue(
+                        session_id=anchor.session_id, tenant=anchor.tenant, key=anchor.key,
+                        version=anchor.version, position=None, reason="anchored session missing",
+                        expected=anchor.hash, found="no events",
+                    )
+                )  # fmt: skip
+    sessions, events, snapshots_checked = counts
+    return VerifyReport(
+        ok=not issues,
+        deep=deep,
+        sessions_checked=sessions,
+        events_checked=events,
+        snapshots_checked=snapshots_checked,
+        issues=tuple(issues),
+        heads=tuple(heads),
+    )
+
+
+def _verify_sessions(
+    store: EventStoreApplication,
+    principal: Principal,
+    only: UUID | None,
+    scope: str | None,
+    anchored: dict[UUID, ChainHead],
+    snapshots: dict[UUID, list[int]],
+    reader: SnapshotReader,
+    deep: bool,
+) -> tuple[list[VerifyIssue], list[ChainHead], tuple[int, int, int]]:
+    """The per-session checks of ``verify``; anchors found are taken out of ``anchored``.
+    Returns the issues, the verified heads and (sessions, events, snapshots) checked."""
+    chain_key = store.event_recorder.chain_key
     issues: list[VerifyIssue] = []
     heads: list[ChainHead] = []
     sessions = events = snapshots_checked = 0
@@ -149,29 +191,10 @@ def verify(
             sid, versions, last[2]
         )
         if broken is None and deep:
-            _, broken = check_replay(store, sid, rows, snapshots=bool(versions))
+            broken = check_replay(store, sid, rows, reader.rows(sid) if versions else ())
         if broken is not None:
             issues.append(_issue(broken, tenant, skey))
-    if key is None:
-        # An anchored session with no rows left at all was deleted whole.
-        for anchor in anchored.values():
-            if visible(principal, anchor.tenant) and account_id in (None, anchor.tenant):
-                issues.append(
-                    VerifyIssue(
-                        session_id=anchor.session_id, tenant=anchor.tenant, key=anchor.key,
-                        version=anchor.version, position=None, reason="anchored session missing",
-                        expected=anchor.hash, found="no events",
-                    )
-                )  # fmt: skip
-    return VerifyReport(
-        ok=not issues,
-        deep=deep,
-        sessions_checked=sessions,
-        events_checked=events,
-        snapshots_checked=snapshots_checked,
-        issues=tuple(issues),
-        heads=tuple(heads),
-    )
+    return issues, heads, (sessions, events, snapshots_checked)
 
 
 def _check_naming(

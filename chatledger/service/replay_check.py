@@ -119,41 +119,41 @@ def session_id_of(tenant: str, key: str) -> UUID | None:
 
 
 def check_replay(
-    store: EventStoreApplication, sid: UUID, rows: Sequence[tuple[Any, ...]], snapshots: bool
-) -> tuple[int, BrokenLink | None]:
+    store: EventStoreApplication,
+    sid: UUID,
+    rows: Sequence[tuple[Any, ...]],
+    snapshots: Sequence[tuple[int, str, bytes]] = (),
+) -> BrokenLink | None:
     """Replay a session's (chain-verified) rows -- tuples as ``adapters.chain_scan`` reads
     them, with every fact -- and compare: each row's stored facts must be its event's, and
-    (if it has ``snapshots``) every stored snapshot the state replayed up to it. Returns
-    (snapshots checked, the first problem)."""
+    each of its stored ``snapshots`` (version, topic, state) the state replayed up to it.
+    Returns the first problem."""
     stored: dict[int, Any] = {}
-    if snapshots:
-        last = rows[-1][2]
-        raw = store.snapshot_rows(sid)
-        for raw_snapshot in raw:
-            version = raw_snapshot.originator_version
-            if version > last:
-                continue  # reported by verify's own check of snapshot versions
-            try:
-                stored[version] = store.mapper.to_domain_event(raw_snapshot)
-            except Exception as error:
-                return len(raw), BrokenLink(
-                    session_id=sid, version=version, position=None,
-                    reason="snapshot cannot be decoded",
-                    expected="a snapshot this chatledger version can read",
-                    found=f"{type(error).__name__}: {error}"[:300],
-                )  # fmt: skip
+    last = rows[-1][2]
+    for version, topic, state in snapshots:
+        if version > last:
+            continue  # reported by verify's own check of snapshot versions
+        try:
+            stored[version] = store.mapper.event_of_row(sid, version, topic, state)
+        except Exception as error:
+            return BrokenLink(
+                session_id=sid, version=version, position=None,
+                reason="snapshot cannot be decoded",
+                expected="a snapshot this chatledger version can read",
+                found=f"{type(error).__name__}: {error}"[:300],
+            )  # fmt: skip
     session: Session | None = None
     for row in rows:
         _, _, version, topic, state = row[:5]
         try:
             session, expected = replay_event(store, sid, version, topic, state, session)
         except Forged as error:
-            return len(stored), _broken(
+            return _broken(
                 sid, row, "identity does not derive",
                 "a stream id derived from the session's tenant and key", str(error),
             )  # fmt: skip
         except Unreplayable as error:  # a chain-consistent row this version cannot apply
-            return len(stored), _broken(
+            return _broken(
                 sid, row, "event cannot be replayed",
                 "an event this chatledger version can apply", str(error),
             )  # fmt: skip
@@ -164,20 +164,20 @@ def check_replay(
                 for name, want, got in zip(StoredFacts._fields, expected, facts, strict=False)
                 if want != got
             ]
-            return len(stored), _broken(
+            return _broken(
                 sid, row, "stored facts differ from the event",
                 "facts derived from the verified events",
                 f"edited fact columns: {', '.join(changed) or 'all (none stored)'}",
             )  # fmt: skip
         snapshot = stored.get(version)
         if snapshot is not None and snapshot.state != session.to_state():
-            return len(stored), BrokenLink(
+            return BrokenLink(
                 session_id=sid, version=version, position=None,
                 reason="snapshot differs from replayed events",
                 expected="state replayed from the verified events",
                 found="a different stored snapshot",
             )  # fmt: skip
-    return len(stored), None
+    return None
 
 
 def _broken(sid: UUID, row: tuple[Any, ...], reason: str, expected: str, found: str) -> BrokenLink:
