@@ -56,6 +56,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.append_postgres import append_channel
+from chatledger.adapters.database import is_environmental
 from chatledger.adapters.schema import (
     CARRIES_ARCHIVES,
     LOG_START,
@@ -598,8 +599,8 @@ class Projector:
             self._apply(cursors, low, last, at_head=count < size, names=list(self.models))
         except _Raced:
             raise
-        except ChatLedgerError:
-            if not self._reachable():
+        except ChatLedgerError as error:
+            if is_environmental(error) or not self._reachable():
                 raise
             if count > 1:
                 return self._step(max(1, count // 2))
@@ -683,8 +684,8 @@ class Projector:
                     error = failure
             if error is None:
                 continue
-            if not self._reachable():
-                raise error
+            if is_environmental(error) or not self._reachable():
+                raise error  # the database failed, not the event: the follower retries
             with (
                 store_errors("skip an event the read models cannot take"),
                 self.engine.begin() as connection,

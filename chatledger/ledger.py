@@ -382,7 +382,8 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations):
 
     @public
     def task(self, task_id: str) -> CommitTask | None:
-        """A commit started with ``wait=False``; ``None`` for an unknown id."""
+        """The task record of a commit (every commit has one, waited for or not): its status,
+        error and result; ``None`` for an unknown id."""
         return self.core.commits.task(task_id)
 
     # ---------------------------------------------------------- read models

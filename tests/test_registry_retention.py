@@ -3,34 +3,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import warnings
-from collections.abc import Coroutine
-from typing import Any, TypeVar
 
 import pytest
 
 from chatledger import InvalidSettings, SessionLedger, UnknownSession
 from chatledger.registry import RegistryConfig, SessionRegistry
-from support import ALICE
+from support import ALICE, Ticker, run_scenario
 
-T = TypeVar("T")
-
-
-def run(scenario: Coroutine[Any, Any, T]) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(30):
-            return await scenario
-
-    return asyncio.run(bounded())
-
-
-class Ticker:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+run = run_scenario
 
 
 def types(ledger: SessionLedger, key: str) -> list[str]:
@@ -88,7 +69,7 @@ def test_ttl_eviction_with_delete_records_deleted(ledger: SessionLedger) -> None
         async with idle.turn():
             await idle.add_message("user", "forget me when idle")
         other = await registry.create()
-        clock.now += 10
+        clock.advance(10)
         assert await registry.sweep() == 2
         assert types(ledger, idle.session_id) == ["Started", "MessageAdded", "Deleted"]
         fresh = await registry.create()

@@ -24,14 +24,10 @@ import asyncio
 import logging
 import time
 import uuid
-import warnings
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
-from pydantic import ValidationError
-
-from chatledger.adapters.database import sqlite_in_memory
 from chatledger.async_ledger import AsyncSessionLedger
 from chatledger.domain.failures import InvalidInput, InvalidSettings
 from chatledger.domain.values import ClientContext, EvictionReason, Principal
@@ -43,9 +39,12 @@ from chatledger.registry.bounds import (
     SessionBusyError,
     SessionLimitError,
     UnknownSessionError,
+    checked_collaborators,
     client_context,
     normalise_id,
+    registry_config,
     unknown,
+    warn_if_history_dies_with_the_process,
 )
 from chatledger.registry.live import LiveSession
 
@@ -78,17 +77,10 @@ class SessionRegistry:
         on_close: Retention = "keep",
         on_evict: Retention = "keep",
     ) -> None:
-        try:
-            config = RegistryConfig(
-                max_sessions=max_sessions, ttl=ttl, max_queued=max_queued,
-                on_close=on_close, on_evict=on_evict,
-            )  # fmt: skip
-        except ValidationError as error:
-            problems = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in error.errors())
-            raise InvalidSettings(
-                f"Invalid registry settings ({problems}); use None for unbounded, and 'keep' "
-                "or 'delete' for on_close and on_evict."
-            ) from None
+        config = registry_config(
+            max_sessions=max_sessions, ttl=ttl, max_queued=max_queued,
+            on_close=on_close, on_evict=on_evict,
+        )  # fmt: skip
         self._setup(config, ledger, principal, clock)
 
     @classmethod
@@ -113,26 +105,9 @@ class SessionRegistry:
         principal: Principal,
         clock: MonotonicClock,
     ) -> None:
-        if isinstance(ledger, SessionLedger):
-            ledger = AsyncSessionLedger(ledger)
-        if not isinstance(ledger, AsyncSessionLedger):
-            raise InvalidSettings("ledger must be a SessionLedger or an AsyncSessionLedger.")
-        if not isinstance(principal, Principal):
-            raise InvalidSettings("principal must be a chatledger Principal.")
-        if not callable(clock):
-            raise InvalidSettings("clock must be a callable returning monotonic seconds.")
         self.config = config
-        self.ledger = ledger
-        if "keep" in (config.on_close, config.on_evict) and sqlite_in_memory(
-            ledger.ledger.settings.url
-        ):
-            warnings.warn(
-                "This registry keeps the history of the sessions it closes or evicts, but its "
-                "ledger is in-memory SQLite: that history is lost when the process exits. Use "
-                "a file or PostgreSQL URL for the ledger, or on_close/on_evict='delete'.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+        self.ledger = checked_collaborators(ledger, principal, clock)
+        warn_if_history_dies_with_the_process(config, self.ledger.ledger.settings.url)
         self.principal = principal
         self._clock = clock
         # Registered sessions, least recently used first.
@@ -368,7 +343,7 @@ class SessionRegistry:
             self._unregister(live)
             live.move_to(LiveState.LEAVING)
 
-        def leave(live: LiveSession, idle: float) -> Awaitable[None]:
+        def leave(live: LiveSession, idle: float) -> Awaitable[object]:
             if self.config.on_evict == "delete":
                 return self.ledger.delete_session(self.principal, live.session_id)
             return self.ledger.evict(
