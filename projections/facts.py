@@ -80,6 +80,7 @@ class StoredFacts(NamedTuple):
 
 
 FACT_COLUMNS: tuple[str, ...] = StoredFacts._fields
+_make = StoredFacts._make
 
 
 def _count(count: int, noun: str) -> str:
@@ -97,25 +98,19 @@ def stored_facts(event: SessionEvent, tenant: str, key: str, after: SessionCount
         None if last_commit is None else to_micros(last_commit), after.status,
     )  # fmt: skip
     write_key = event.idempotency_key
+    # _make: a tuple of the fields as it stands (the generated __new__ binds 23 arguments).
     if isinstance(event, UsageImported):
-        return StoredFacts(
+        return _make((
             *head, event.tool_name, "imported", event.prompt_tokens, event.completion_tokens,
             summarize(event), write_key, event.call_count, event.fail_count,
-        )  # fmt: skip
+        ))  # fmt: skip
     tool = event.message.tool_call if isinstance(event, MessageAdded) else None
     if tool is None:
-        return StoredFacts(*head, None, None, 0, 0, summarize(event), write_key, None, None)
-    return StoredFacts(
-        *head,
-        tool.tool_name,
-        tool.status,
-        tool.prompt_tokens,
-        tool.completion_tokens,
-        summarize(event),
-        write_key,
-        None,
-        None,
-    )
+        return _make((*head, None, None, 0, 0, summarize(event), write_key, None, None))
+    return _make((
+        *head, tool.tool_name, tool.status, tool.prompt_tokens, tool.completion_tokens,
+        summarize(event), write_key, None, None,
+    ))  # fmt: skip
 
 
 def summarize(event: SessionEvent) -> str:
@@ -124,7 +119,10 @@ def summarize(event: SessionEvent) -> str:
     Control characters (from an error text, say) become spaces: the line is
     kept in a text column, and PostgreSQL refuses NUL there.
     """
-    return printable(_summary(event))
+    text = _summary(event)
+    # isprintable() is False for every control character (and for a few more): a
+    # quick pass for the usual line, the replacing one only where it may change it.
+    return text if text.isprintable() else printable(text)
 
 
 def _summary(event: SessionEvent) -> str:
