@@ -6,6 +6,11 @@ pydantic's JSON encoder and rebuilds through the model, running the
 ``class_version`` / ``upcast_vN_vN+1`` convention on older records (which the
 documented pydantic mapper recipe does not). The stored event also carries the
 event's timestamp in its own column, so "as of time T" needs no decoding.
+
+Session events are written in the compact stored form of
+``chatledger.adapters.codec`` (format 2); rows written before it (a module
+path as topic) and snapshots keep the pydantic JSON form (format 1), and
+both are read.
 """
 
 from __future__ import annotations
@@ -15,10 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Mapper, MapperDeserialisationError, StoredEvent, Transcoder
+from eventsourcing.persistence import (
+    Mapper,
+    MapperDeserialisationError,
+    Notification,
+    StoredEvent,
+    Transcoder,
+)
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
+from chatledger.adapters.codec import EVENTS_BY_NAME, decode, encode, is_compact
 from chatledger.domain.timestamps import to_micros
 
 _new_stored = object.__new__
@@ -37,6 +49,13 @@ class TimedStoredEvent(StoredEvent):
     facts: tuple[object, ...] | None = None  # StoredFacts, set by the application on append
 
 
+@dataclass(frozen=True)
+class TimedNotification(Notification):
+    """A row of the library's notification log that also knows when it happened."""
+
+    timestamp_us: int = 0
+
+
 class JSONBytesTranscoder(Transcoder):
     """Plain JSON bytes; the mapper below encodes pydantic models itself."""
 
@@ -53,18 +72,10 @@ class PydanticMapper(Mapper[UUID]):
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         model: BaseModel = domain_event
         cls = type(model)
-        class_version: int = getattr(cls, "class_version", 1)
-        exclude = (
-            _UNKEYED_FIELDS
-            if getattr(model, "idempotency_key", None) is None
-            else _ORIGINATOR_FIELDS
-        )
-        if class_version > 1:
-            payload = model.model_dump(mode="json", exclude=exclude)
-            payload["class_version"] = class_version
-            data = json.dumps(payload, separators=(",", ":")).encode()
+        if EVENTS_BY_NAME.get(cls.__name__) is cls:
+            topic, data = encode(domain_event)
         else:
-            data = model.model_dump_json(exclude=exclude).encode()
+            topic, data = get_topic(cls), self._format_1(model)
         if self.compressor:
             data = self.compressor.compress(data)
         if self.cipher:
@@ -75,11 +86,26 @@ class PydanticMapper(Mapper[UUID]):
         stored.__dict__.update(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
-            topic=get_topic(cls),
+            topic=topic,
             state=data,
             timestamp_us=to_micros(domain_event.timestamp),
         )
         return stored
+
+    @staticmethod
+    def _format_1(model: BaseModel) -> bytes:
+        """The pydantic JSON form: every field but the ids (snapshots, and rows before 0006)."""
+        class_version: int = getattr(type(model), "class_version", 1)
+        exclude = (
+            _UNKEYED_FIELDS
+            if getattr(model, "idempotency_key", None) is None
+            else _ORIGINATOR_FIELDS
+        )
+        if class_version > 1:
+            payload = model.model_dump(mode="json", exclude=exclude)
+            payload["class_version"] = class_version
+            return json.dumps(payload, separators=(",", ":")).encode()
+        return model.model_dump_json(exclude=exclude).encode()
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         data = stored_event.state
@@ -88,6 +114,17 @@ class PydanticMapper(Mapper[UUID]):
                 data = self.cipher.decrypt(data)
             if self.compressor:
                 data = self.compressor.decompress(data)
+            originator_id = stored_event.originator_id
+            if not isinstance(originator_id, UUID):
+                originator_id = UUID(str(originator_id))
+            if is_compact(stored_event.topic):
+                timestamp_us = getattr(stored_event, "timestamp_us", None)
+                if timestamp_us is None:
+                    raise ValueError("a row of format 2 is read with its timestamp_us")
+                return decode(
+                    stored_event.topic, data, originator_id,
+                    stored_event.originator_version, timestamp_us,
+                )  # fmt: skip
             state: dict[str, Any] = _decode_json(data.decode())
             cls = resolve_topic(stored_event.topic)
             from_version = state.pop("class_version", 1)
@@ -95,9 +132,6 @@ class PydanticMapper(Mapper[UUID]):
             while from_version < class_version:
                 getattr(cls, f"upcast_v{from_version}_v{from_version + 1}")(state)
                 from_version += 1
-            originator_id = stored_event.originator_id
-            if not isinstance(originator_id, UUID):
-                originator_id = UUID(str(originator_id))
             return cls(
                 originator_id=originator_id,
                 originator_version=stored_event.originator_version,
