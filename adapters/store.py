@@ -36,7 +36,7 @@ from eventsourcing.utils import Environment
 from pydantic_core import PydanticSerializationError
 from sqlalchemy import Engine
 
-from chatledger.adapters.codec import trusted_messages
+from chatledger.adapters.codec import trusted_messages, without_cyclic_gc
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
 from chatledger.adapters.recorders import (
     SqlEventRecorder,
@@ -335,11 +335,12 @@ class EventStoreApplication(Application[UUID]):
         first, last = run[0], run[-1]
         if session is None or first[0] != session.version + 1 or last[0] != first[0] + len(run) - 1:
             return False
-        try:
-            messages = trusted_messages([row[2] for row in run], [row[3] for row in run])
-        except (ValueError, KeyError, TypeError):
-            return False
-        session.replay_messages(messages, last[0], from_micros(last[3]))
+        with without_cyclic_gc():
+            try:
+                messages = trusted_messages([row[2] for row in run], [row[3] for row in run])
+            except (ValueError, KeyError, TypeError):
+                return False
+            session.replay_messages(messages, last[0], from_micros(last[3]))
         return True
 
     def snapshot_rows(self, session_id: UUID) -> Sequence[StoredEvent]:
