@@ -14,7 +14,7 @@ from sqlalchemy import Column, Engine, MetaData, String, Table, Text, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.database import create_store_engine
-from chatledger.domain.errors import StoreUnavailable
+from chatledger.domain.failures import StoreUnavailable
 from chatledger.domain.ports import ArchiveBody
 
 

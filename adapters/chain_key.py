@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.chain import GENESIS, as_bytes, as_uuid, chain_hash
 from chatledger.adapters.schema import events_table, meta_table
-from chatledger.domain.errors import InvalidSettings
+from chatledger.domain.failures import InvalidSettings
 
 CHAIN_KEY_CHECK = "chain_key_check"
 _CHECK_MESSAGE = b"chatledger chain key check"

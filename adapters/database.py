@@ -20,11 +20,12 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.exc import SQLAlchemyError as SQLAlchemyError  # re-exported for the face
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import StaticPool
 
-from chatledger.domain.errors import InvalidSettings
+from chatledger.domain.failures import InvalidSettings
 
 Synchronous = Literal["full", "normal"]
 
@@ -49,6 +50,55 @@ def sqlite_file(url: str) -> str | None:
     if database in ("", ":memory:") or database.startswith("file:"):
         return None  # in memory, or a URI filename whose mode= the caller chose
     return database
+
+
+# SQLSTATE classes that say the database could not serve, not that the data was wrong:
+# connection exceptions (08), insufficient resources such as "too many clients" (53),
+# operator intervention such as a shutdown (57), and system errors (58).
+_ENVIRONMENTAL_SQLSTATE = ("08", "53", "57", "58")
+# SQLite result codes of the same kind: busy, locked, no memory, I/O error, disk full,
+# cannot open, lock protocol.
+_ENVIRONMENTAL_SQLITE = {5, 6, 7, 10, 13, 14, 15}
+
+
+def is_environmental(error: BaseException) -> bool:
+    """Whether ``error`` (or anything in its cause chain) says the database could not serve
+    -- unreachable, out of connections, busy, out of disk -- rather than that a statement
+    was wrong for its data. Such a failure passes when retried later; it is never a reason
+    to give up on an event."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, PoolTimeout):
+            return True
+        if isinstance(current, DBAPIError):
+            if current.connection_invalidated:
+                return True
+            current = current.orig
+            continue
+        sqlstate = getattr(current, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate[:2] in _ENVIRONMENTAL_SQLSTATE:
+            return True
+        code = getattr(current, "sqlite_errorcode", None)
+        if isinstance(current, sqlite3.Error) and isinstance(code, int):
+            return code & 0xFF in _ENVIRONMENTAL_SQLITE
+        if type(current).__module__.startswith("psycopg") and sqlstate is None:
+            return True  # psycopg raises without a SQLSTATE only when no server answered
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def sqlite_in_memory(url: str) -> bool:
+    """Whether ``url`` is an in-memory SQLite database (gone when the process exits)."""
+    try:
+        parsed = make_url(normalise_url(url))
+    except ArgumentError:
+        return False
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    database = parsed.database or ""
+    return database in ("", ":memory:") or "mode=memory" in database
 
 
 def create_store_engine(

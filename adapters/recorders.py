@@ -363,7 +363,7 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
 
         On PostgreSQL positions are not the log order, and a position may be
         filled after a higher one is visible: chatledger's own projector
-        follows ``chatledger.adapters.projector.EventLog`` instead.
+        follows ``chatledger.adapters.sql_projector.EventLog`` instead.
         """
         t = self.table
         query = select(

@@ -36,7 +36,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
 from chatledger.adapters.migrations import SCHEMA_HEAD, check_schema, prepare_schema
-from chatledger.domain.errors import LedgerNotFound, StoreUnavailable
+from chatledger.domain.failures import LedgerNotFound, StoreUnavailable
 from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
 from chatledger.projections.facts import FACT_COLUMNS
 

@@ -45,9 +45,9 @@ from chatledger.adapters.recorders import (
     StreamRow,
 )
 from chatledger.adapters.schema import events_table, snapshots_table
-from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from chatledger.adapters.database import SQLAlchemyError
 from chatledger.adapters.store_errors import OutcomeUnknown
-from chatledger.domain.errors import (
+from chatledger.domain.failures import (
     ChatLedgerError,
     InvalidInput,
     StoreUnavailable,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.text import Text
 
-from chatledger.domain.errors import UnknownSession
+from chatledger.domain.failures import UnknownSession
 from chatledger.domain.ports import Summarizer, Summary
 from chatledger.domain.values import ArchiveSummary, Message, Principal
 from chatledger.render import (

@@ -1,10 +1,10 @@
-"""The exceptions of chatledger's public API (defined in ``chatledger.domain.errors``).
+"""The exceptions of chatledger's public API (defined in ``chatledger.domain.failures``).
 
 Catch ``ChatLedgerError`` for anything chatledger raises on purpose; no
 SQLAlchemy, psycopg or pydantic exception crosses the public API.
 """
 
-from chatledger.domain.errors import (
+from chatledger.domain.failures import (
     AccessDenied,
     ChatLedgerError,
     ConcurrencyConflict,

@@ -17,13 +17,13 @@ from typing import Any
 
 from chatledger.boundary import public
 from chatledger.domain.access import Target, scope_target
-from chatledger.domain.errors import ConcurrencyConflict
+from chatledger.domain.failures import ConcurrencyConflict
 from chatledger.domain.limits import check_int
 from chatledger.domain.session import Session
 from chatledger.domain.values import ClientContext, Message, Principal
 from chatledger.ledger_base import LedgerBase
 from chatledger.results import AddedMessage, StateView
-from chatledger.service import items as item_ops
+from chatledger.service import item_writes as item_ops
 from chatledger.service.messages import build_context
 from chatledger.service.messages import idempotency_key as checked_key
 from chatledger.service.messages import message_ids as checked_ids

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from chatledger.boundary import public
-from chatledger.domain.errors import InvalidInput, StoreUnavailable, UnknownSession
+from chatledger.domain.failures import InvalidInput, StoreUnavailable, UnknownSession
 from chatledger.domain.identity import validate_key
 from chatledger.domain.limits import check_int, check_seconds
 from chatledger.domain.ports import ArchiveStore, Clock, Summarizer
@@ -380,7 +380,8 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations):
 
     @public
     def task(self, task_id: str) -> CommitTask | None:
-        """A commit started with ``wait=False``; ``None`` for an unknown id."""
+        """The task record of a commit (every commit has one, waited for or not): its status,
+        error and result; ``None`` for an unknown id."""
         return self.core.commits.task(task_id)
 
     # ---------------------------------------------------------- read models

@@ -1,7 +1,7 @@
 """``ReadModels``: the face of the read side -- persisted read models, kept exactly once.
 
 Built from a ledger's core (its event store and mapper) and kept up to date
-by a projector (``chatledger.adapters.projector``) that applies every event
+by a projector (``chatledger.adapters.sql_projector``) that applies every event
 exactly once. Read models live in the ledger's database by default or in
 another one (``url=`` / setting ``projections_url``). They are eventually
 consistent: call ``catch_up()``, ``start()`` a follower thread, or run
@@ -21,11 +21,11 @@ from typing import Protocol
 from sqlalchemy import Engine
 
 from chatledger.adapters.database import create_store_engine
-from chatledger.adapters.projector import EventLog, Progress, Projector
-from chatledger.adapters.read_models import READ_MODEL_NAMES, READ_MODELS
+from chatledger.adapters.sql_projector import EventLog, Progress, Projector
+from chatledger.adapters.sql_read_models import READ_MODEL_NAMES, READ_MODELS
 from chatledger.boundary import public
 from chatledger.domain.access import check_principal
-from chatledger.domain.errors import (
+from chatledger.domain.failures import (
     ChatLedgerError,
     InvalidInput,
     ProjectionTimeout,

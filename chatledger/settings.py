@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from chatledger.domain.errors import InvalidSettings
+from chatledger.domain.failures import InvalidSettings
 from chatledger.domain.limits import (
     DEFAULT_MAX_CONTENT_CHARS,
     DEFAULT_MAX_EVENT_BYTES,

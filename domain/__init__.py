@@ -3,18 +3,6 @@
 Pure: no SQL, no files, no clock reads. Imports nothing else of chatledger.
 """
 
-from chatledger.domain.errors import (
-    AccessDenied,
-    ChatLedgerError,
-    ConcurrencyConflict,
-    InvalidInput,
-    InvalidSettings,
-    LedgerNotFound,
-    ProjectionTimeout,
-    StoreUnavailable,
-    UnknownSession,
-    WriteOutcomeUnknown,
-)
 from chatledger.domain.events import (
     EVENT_TYPES,
     ArchiveMerged,
@@ -31,6 +19,18 @@ from chatledger.domain.events import (
     TailReplaced,
 )
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import (
+    AccessDenied,
+    ChatLedgerError,
+    ConcurrencyConflict,
+    InvalidInput,
+    InvalidSettings,
+    LedgerNotFound,
+    ProjectionTimeout,
+    StoreUnavailable,
+    UnknownSession,
+    WriteOutcomeUnknown,
+)
 from chatledger.domain.identity import session_id, validate_key
 from chatledger.domain.ports import ArchiveBody, ArchiveStore, Clock, Summarizer, Summary
 from chatledger.domain.session import Session, SessionState

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 from uuid import UUID
 
-from chatledger.domain.errors import AccessDenied, InvalidInput
+from chatledger.domain.failures import AccessDenied, InvalidInput
 from chatledger.domain.identity import session_id, validate_key
 from chatledger.domain.values import Principal
 

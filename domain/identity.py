@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from functools import lru_cache
 
-from chatledger.domain.errors import InvalidInput
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.values import has_control_characters, has_surrogates
 
 # Fixed forever: changing it would orphan every stored session.

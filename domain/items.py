@@ -1,7 +1,8 @@
 """What an agent framework's item says as text: its role, its text, its name.
 
 Items are JSON objects in the shapes agent frameworks use (the OpenAI
-Responses/Agents item types, chat-completion messages, ...). A session keeps
+Responses/Agents item types, chat-completion messages, Google GenAI ``Content``
+and ADK ``Event`` objects with their ``parts``, ...). A session keeps
 each one verbatim; this module reads from it the text that token estimates,
 summaries and prompt contexts need. Unknown shapes are carried with no text
 (never dropped, never garbled). Pure: no I/O.
@@ -22,6 +23,11 @@ def describe_item(item: Mapping[str, Any]) -> tuple[Role, str, str | None]:
     """``(role, text, name)`` of an item: who speaks in it, what it says, what it names."""
     kind = item.get("type")
     role = item.get("role")
+    content = item.get("content")
+    if kind is None and isinstance(content, Mapping) and isinstance(content.get("parts"), list):
+        return _genai(content, item.get("author"))  # an ADK Event: content is a GenAI Content
+    if kind is None and isinstance(item.get("parts"), list):
+        return _genai(item, None)  # a GenAI Content itself
     if isinstance(role, str) and kind in (None, "message"):
         text = _content_text(item.get("content"))
         name = item.get("name") if isinstance(item.get("name"), str) else None
@@ -36,6 +42,32 @@ def describe_item(item: Mapping[str, Any]) -> tuple[Role, str, str | None]:
         parts = [*_list(item.get("summary")), *_list(item.get("content"))]
         return "assistant", _content_text(parts), None
     return "assistant", "", None
+
+
+def _genai(content: Mapping[str, Any], author: Any) -> tuple[Role, str, str | None]:
+    """A Google GenAI ``Content`` (``role`` "user" or "model", a list of ``parts``): text
+    parts as they are, function calls as ``name(args)``, function responses as their JSON."""
+    texts: list[str] = []
+    calls: list[str] = []
+    responses = 0
+    for part in _list(content.get("parts")):
+        if not isinstance(part, Mapping):
+            continue
+        if isinstance(text := part.get("text"), str):
+            texts.append(text)
+        elif isinstance(call := part.get("function_call"), Mapping):
+            calls.append(_str(call.get("name")))
+            texts.append(f"{_str(call.get('name'))}({_as_text(call.get('args', {}))})")
+        elif isinstance(response := part.get("function_response"), Mapping):
+            responses += 1
+            texts.append(_as_text(response.get("response", {})))
+    role: Role = "user" if content.get("role") == "user" else "assistant"
+    if responses and not calls:
+        role = "tool"
+    name = calls[0] if len(calls) == 1 and calls[0] else None
+    if name is None and isinstance(author, str) and author and author != "user":
+        name = author
+    return role, "\n".join(texts), name
 
 
 def _content_text(content: Any) -> str:

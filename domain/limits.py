@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from chatledger.domain.errors import InvalidInput
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.ports import Summary
 from chatledger.domain.values import (
     ClientContext,

@@ -18,7 +18,6 @@ from eventsourcing.domain import BaseAggregate, CanInitAggregate, CanSnapshotAgg
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ConfigDict, Field
 
-from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, UnknownSession
 from chatledger.domain.events import (
     ArchiveMerged,
     Closed,
@@ -41,6 +40,7 @@ from chatledger.domain.events import (
     UsageImported,
 )
 from chatledger.domain.eventsourced import DomainEvent
+from chatledger.domain.failures import ConcurrencyConflict, InvalidInput, UnknownSession
 from chatledger.domain.identity import session_id
 from chatledger.domain.values import (
     ArchiveSummary,

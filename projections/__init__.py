@@ -20,7 +20,7 @@ from chatledger.projections.archive_history import (
     fold_archive_history,
 )
 from chatledger.projections.buffer import Buffer, fold_buffer
-from chatledger.projections.session import SessionProjection, fold_session, project
+from chatledger.projections.session_fold import SessionProjection, fold_session, project
 from chatledger.projections.session_meta import SessionMeta, fold_session_meta
 
 __all__ = [

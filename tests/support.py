@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import create_engine, inspect, text
 
@@ -17,6 +18,33 @@ BOB = Principal(account_id="globex", user_id="bob", agent_id="helper")
 ADMIN = Principal(
     account_id="ops", user_id="root", agent_id="console", role="admin", trace_id="adm"
 )
+
+
+T = TypeVar("T")
+SCENARIO_TIMEOUT = 30.0  # seconds; an asyncio scenario still running then is a hang
+
+
+def run_scenario(scenario: Coroutine[Any, Any, T]) -> T:
+    """Run one asyncio scenario with a hard time limit."""
+
+    async def bounded() -> T:
+        async with asyncio.timeout(SCENARIO_TIMEOUT):
+            return await scenario
+
+    return asyncio.run(bounded())
+
+
+class Ticker:
+    """A fake monotonic clock that only moves when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class FixedClock:

@@ -203,3 +203,22 @@ def test_no_module_of_the_face_is_over_about_400_lines(folder: str) -> None:
     sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in root.glob("*.py")}
     assert sizes, f"no modules in {root}"
     assert {name: n for name, n in sizes.items() if n > 450} == {}
+
+
+def _shared_file_names(modules: dict[str, Path]) -> dict[str, list[str]]:
+    by_name: dict[str, list[str]] = {}
+    for module, path in modules.items():
+        if path.name not in ("__init__.py", "__main__.py"):
+            by_name.setdefault(path.name, []).append(module)
+    return {name: sorted(found) for name, found in by_name.items() if len(found) > 1}
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A file name points to one module: none is repeated in another layer or folder."""
+    assert _shared_file_names(_modules()) == {}
+
+
+def test_the_file_name_check_finds_a_repeat() -> None:
+    """The check above is not vacuous: two folders' projector.py are reported."""
+    modules = {"a.projector": Path("a/projector.py"), "b.projector": Path("b/projector.py")}
+    assert _shared_file_names(modules) == {"projector.py": ["a.projector", "b.projector"]}

@@ -42,7 +42,7 @@ def test_project_rebuild_and_sessions(ledger: SessionLedger, database_url: str) 
 
 def test_rebuild_offers_only_read_models_it_can_rebuild(database_url: str) -> None:
     """Without a name, rebuild lists the real read models (no 'audit') and exits 2."""
-    from chatledger.adapters.read_models import READ_MODEL_NAMES
+    from chatledger.adapters.sql_read_models import READ_MODEL_NAMES
 
     result = runner.invoke(app, ["rebuild", "--url", database_url])
 

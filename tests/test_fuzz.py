@@ -25,7 +25,7 @@ from chatledger import (
     ReadModels,
     SessionLedger,
 )
-from chatledger.adapters.read_models import READ_MODEL_NAMES, dump_rows
+from chatledger.adapters.sql_read_models import READ_MODEL_NAMES, dump_rows
 from support import ADMIN, ALICE
 
 

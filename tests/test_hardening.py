@@ -9,6 +9,7 @@ afterwards the session still loads, verifies and exports.
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 import uuid
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import DBAPIError
 
 from chatledger import (
     ArchiveSummary,
@@ -27,9 +29,11 @@ from chatledger import (
     Message,
     ReadModels,
     SessionLedger,
+    StoreUnavailable,
     Summary,
 )
 from chatledger.adapters.chain import GENESIS, chain_hash
+from chatledger.adapters.sql_read_models import ArchivesModel
 from chatledger.domain.quality import entity_retention_ratio, extract_entities
 from support import ADMIN, ALICE, BOB, store_state
 
@@ -542,3 +546,62 @@ def test_import_checks_an_empty_ledger_before_reading_and_reports_progress(
     target.import_(lines, progress=lambda *step: phases.append(step))
     assert [p[0] for p in phases] == ["read", "verify", "write"]
     assert all(done == total == 2 for _, done, total in phases)
+
+
+def _unreachable(dialect: str) -> Exception:
+    """What the driver raises when the database cannot serve (not when the data is wrong)."""
+    if dialect == "sqlite":
+        busy = sqlite3.OperationalError("database is locked")
+        busy.sqlite_errorcode = 5  # SQLITE_BUSY
+        return DBAPIError("SELECT ...", {}, busy)
+    import psycopg
+
+    return DBAPIError("SELECT ...", {}, psycopg.errors.TooManyConnections("too many clients"))
+
+
+def test_a_database_outage_while_applying_skips_nothing(
+    ledger: SessionLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read model failing because the database cannot serve (busy, out of connections)
+    stops the catch-up with StoreUnavailable and records no skip, even while a probe query
+    still answers; once the database serves again every event applies."""
+    ledger.add_message(ALICE, "s1", "user", "m0")
+    ledger.commit(ALICE, "s1")
+    dialect = ledger.settings.url.split(":")[0].split("+")[0]
+    original = ArchivesModel.apply
+
+    def outage(self: ArchivesModel, connection: Any, span: Any) -> None:
+        raise _unreachable(dialect)
+
+    with ReadModels(ledger) as models:
+        monkeypatch.setattr(ArchivesModel, "apply", outage)
+        with pytest.raises(StoreUnavailable):
+            models.catch_up()
+        assert models.skipped() == []
+        monkeypatch.setattr(ArchivesModel, "apply", original)
+        models.catch_up()
+        assert models.skipped() == []
+        assert [a.archive_id for a in models.archives(ALICE, "s1")] == [
+            ledger.session(ALICE, "s1").archives[0].archive_id
+        ]
+
+
+def test_only_outages_count_as_environmental() -> None:
+    """Busy, out of connections, unreachable: environmental; a value out of range or a
+    constraint: not (those may be skipped as poison)."""
+    import psycopg
+
+    from chatledger.adapters.database import is_environmental
+
+    busy = sqlite3.OperationalError("database is locked")
+    busy.sqlite_errorcode = 5
+    overflow = sqlite3.OperationalError("integer overflow")
+    overflow.sqlite_errorcode = 1  # SQLITE_ERROR
+    wrapped = StoreUnavailable("Could not apply")
+    wrapped.__cause__ = DBAPIError("UPDATE ...", {}, psycopg.errors.AdminShutdown("shutdown"))
+    assert is_environmental(DBAPIError("SELECT", {}, busy))
+    assert is_environmental(wrapped)
+    assert is_environmental(psycopg.OperationalError("connection failed"))
+    assert not is_environmental(DBAPIError("SELECT", {}, overflow))
+    assert not is_environmental(DBAPIError("UPDATE", {}, psycopg.errors.NumericValueOutOfRange()))
+    assert not is_environmental(ValueError("bad"))

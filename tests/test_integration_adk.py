@@ -175,6 +175,38 @@ def test_a_stale_session_cannot_append(service: ChatLedgerSessionService) -> Non
     assert len(get(service, "s1").events) == 3  # type: ignore[union-attr]
 
 
+def test_an_eviction_makes_a_loaded_session_stale_and_a_reload_appends(
+    service: ChatLedgerSessionService, ledger: SessionLedger
+) -> None:
+    """A ledger write outside ADK (here an eviction) moves the version: the loaded object is
+    stale; get_session returns every event and the reloaded object appends."""
+    loaded = create(service, session_id="s1")
+    run(service.append_event(loaded, user_event("one", at=100.0)))
+    ledger.evict(ALICE, session_key("shop", "ann", "s1"))
+    with pytest.raises(StaleSessionError):
+        run(service.append_event(loaded, user_event("two", at=101.0)))
+    reloaded = get(service, "s1")
+    assert reloaded is not None and len(reloaded.events) == 1
+    run(service.append_event(reloaded, user_event("two", at=102.0)))
+    assert len(get(service, "s1").events) == 2  # type: ignore[union-attr]
+
+
+def test_the_ledger_reads_adk_events_text_from_their_parts(
+    service: ChatLedgerSessionService, ledger: SessionLedger
+) -> None:
+    """Token estimates, context() and summaries see an ADK event's text, call and response."""
+    session = create(service, session_id="s1")
+    run(service.append_event(session, user_event("Where is order 7?", at=100.0)))
+    for event in tool_events(at=101.0):
+        run(service.append_event(session, event))
+    buffer = ledger.session(ALICE, session_key("shop", "ann", "s1")).buffer
+    assert [(m.role, m.content) for m in buffer] == [
+        ("user", "Where is order 7?"),
+        ("assistant", 'lookup({"order":7})'),
+        ("tool", '{"status":"shipped"}'),
+    ]
+
+
 def test_staleness_holds_across_service_instances_and_copies(
     ledger: SessionLedger, database_url: str
 ) -> None:

@@ -84,6 +84,52 @@ def test_an_items_text_feeds_tokens_context_and_summaries(ledger: SessionLedger)
     assert "encrypted_content" not in overview and "{" not in overview.split("lookup_order")[0]
 
 
+ADK_EVENTS: list[dict[str, Any]] = [
+    {
+        "id": "e1", "author": "user", "invocation_id": "inv-1", "timestamp": 1.0,
+        "content": {"role": "user", "parts": [{"text": "Where is order 7?"}]},
+    },
+    {
+        "id": "e2", "author": "shop_agent", "invocation_id": "inv-1", "timestamp": 2.0,
+        "content": {
+            "role": "model",
+            "parts": [{"function_call": {"id": "c1", "name": "lookup", "args": {"order": 7}}}],
+        },
+    },
+    {
+        "id": "e3", "author": "shop_agent", "invocation_id": "inv-1", "timestamp": 3.0,
+        "content": {
+            "role": "user",
+            "parts": [{"function_response": {"id": "c1", "name": "lookup",
+                                             "response": {"status": "shipped"}}}],
+        },
+    },
+    {
+        "id": "e4", "author": "shop_agent", "invocation_id": "inv-1", "timestamp": 4.0,
+        "content": {"role": "model",
+                    "parts": [{"text": "It shipped."}, {"text": "Anything else?"}]},
+        "actions": {"state_delta": {"order": 7}},
+    },
+    {"role": "model", "parts": [{"text": "A bare GenAI Content."}]},
+]  # fmt: skip
+
+
+def test_google_genai_and_adk_items_are_read_through_their_parts(ledger: SessionLedger) -> None:
+    """ADK Events and GenAI Contents: roles from content.role, text from the parts, calls as
+    name(args), responses as JSON; the item itself is kept verbatim."""
+    ledger.add_items(ALICE, "adk", ADK_EVENTS)
+    buffer = ledger.session(ALICE, "adk").buffer
+    assert [m.role for m in buffer] == ["user", "assistant", "tool", "assistant", "assistant"]
+    assert buffer[0].content == "Where is order 7?" and buffer[0].name is None
+    assert buffer[1].content == 'lookup({"order":7})' and buffer[1].name == "lookup"
+    assert buffer[2].content == '{"status":"shipped"}'
+    assert buffer[3].content == "It shipped.\nAnything else?" and buffer[3].name == "shop_agent"
+    assert buffer[4].content == "A bare GenAI Content."
+    assert [m.as_item() for m in buffer] == ADK_EVENTS
+    ledger.commit(ALICE, "adk")
+    assert "Where is order 7?" in ledger.session(ALICE, "adk").archives[0].overview
+
+
 def test_plain_messages_read_as_items(ledger: SessionLedger) -> None:
     """A message recorded as text (or by an earlier version) reads back as {role, content}."""
     ledger.add_message(ALICE, "s1", "user", "hello")

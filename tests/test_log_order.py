@@ -32,8 +32,8 @@ import pytest
 from sqlalchemy import BigInteger, Column, Connection, MetaData, Table, Text, func, select, text
 
 from chatledger import AddedMessage, SessionLedger
-from chatledger.adapters.projector import EventLog, Projector
-from chatledger.adapters.read_models import (
+from chatledger.adapters.sql_projector import EventLog, Projector
+from chatledger.adapters.sql_read_models import (
     READ_MODELS,
     Span,
     SqlReadModel,

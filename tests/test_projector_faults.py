@@ -27,8 +27,8 @@ import pytest
 from sqlalchemy import text
 
 from chatledger import Principal, SessionLedger, UnknownSession
-from chatledger.adapters.read_models import READ_MODEL_NAMES, dump_rows
 from chatledger.adapters.schema import LogCursor
+from chatledger.adapters.sql_read_models import READ_MODEL_NAMES, dump_rows
 from chatledger.read_models import ReadModels
 from support import ADMIN, ALICE, BOB
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -26,33 +26,10 @@ from chatledger.registry import (
     SessionRegistry,
     UnknownSessionError,
 )
-from support import ALICE, BOB
+from support import ALICE, BOB, SCENARIO_TIMEOUT, Ticker, run_scenario
 
-T = TypeVar("T")
-TIMEOUT = 30.0  # seconds; a scenario still running then is a hang
-
-
-def run(scenario: Coroutine[Any, Any, T]) -> T:
-    """Run one asyncio scenario with a hard time limit."""
-
-    async def bounded() -> T:
-        async with asyncio.timeout(TIMEOUT):
-            return await scenario
-
-    return asyncio.run(bounded())
-
-
-class Ticker:
-    """A fake monotonic clock that only moves when told to."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+TIMEOUT = SCENARIO_TIMEOUT
+run = run_scenario
 
 
 async def settle(rounds: int = 20) -> None:

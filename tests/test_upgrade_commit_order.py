@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from chatledger import SessionLedger, StoreUnavailable
-from chatledger.adapters.read_models import READ_MODEL_NAMES, dump_rows
+from chatledger.adapters.sql_read_models import READ_MODEL_NAMES, dump_rows
 from chatledger.read_models import ReadModels
 from support import ADMIN, ALICE, BOB
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, MetaData, inspect, text
 
-from chatledger.domain.errors import StoreUnavailable
+from chatledger.domain.failures import StoreUnavailable
 
 SCHEMA_HEAD = "0006"
 """The revision this code writes and reads (the newest file in ``versions/``)."""

@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from chatledger.cli import demo, inspection, integrity, operations, web
+from chatledger.cli import demo_command, inspection, integrity_commands, operations, serve_command
 from chatledger.cli.common import Command, ExitCode, Group
 
 __all__ = ["ExitCode", "app", "main", "projector_main"]
@@ -37,7 +37,10 @@ app = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
-for _group in (inspection.group, integrity.group, operations.group, demo.group, web.group):
+for _group in (
+    inspection.group, integrity_commands.group, operations.group, demo_command.group,
+    serve_command.group,
+):  # fmt: skip
     app.add_typer(_group)
 
 

@@ -52,7 +52,7 @@ def rebuild(
       chatledger rebuild --all
       chatledger rebuild usage --json
     """
-    from chatledger.adapters.read_models import READ_MODEL_NAMES
+    from chatledger.adapters.sql_read_models import READ_MODEL_NAMES
     from chatledger.errors import InvalidInput
     from chatledger.read_models import ReadModels
 

@@ -28,21 +28,23 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
-from pydantic import ValidationError
-
 from chatledger.async_ledger import AsyncSessionLedger
-from chatledger.domain.errors import InvalidInput, InvalidSettings
+from chatledger.domain.failures import InvalidInput, InvalidSettings
 from chatledger.domain.values import ClientContext, EvictionReason, Principal
 from chatledger.ledger import SessionLedger
 from chatledger.registry.bounds import (
     LiveState,
     RegistryConfig,
+    Retention,
     SessionBusyError,
     SessionLimitError,
     UnknownSessionError,
+    checked_collaborators,
     client_context,
     normalise_id,
+    registry_config,
     unknown,
+    warn_if_history_dies_with_the_process,
 )
 from chatledger.registry.live import LiveSession
 
@@ -71,14 +73,14 @@ class SessionRegistry:
         ttl: float | None = None,
         max_queued: int | None = None,
         clock: MonotonicClock = time.monotonic,
+        *,
+        on_close: Retention = "keep",
+        on_evict: Retention = "keep",
     ) -> None:
-        try:
-            config = RegistryConfig(max_sessions=max_sessions, ttl=ttl, max_queued=max_queued)
-        except ValidationError as error:
-            problems = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in error.errors())
-            raise InvalidSettings(
-                f"Invalid registry bounds ({problems}); use None for unbounded."
-            ) from None
+        config = registry_config(
+            max_sessions=max_sessions, ttl=ttl, max_queued=max_queued,
+            on_close=on_close, on_evict=on_evict,
+        )  # fmt: skip
         self._setup(config, ledger, principal, clock)
 
     @classmethod
@@ -103,16 +105,9 @@ class SessionRegistry:
         principal: Principal,
         clock: MonotonicClock,
     ) -> None:
-        if isinstance(ledger, SessionLedger):
-            ledger = AsyncSessionLedger(ledger)
-        if not isinstance(ledger, AsyncSessionLedger):
-            raise InvalidSettings("ledger must be a SessionLedger or an AsyncSessionLedger.")
-        if not isinstance(principal, Principal):
-            raise InvalidSettings("principal must be a chatledger Principal.")
-        if not callable(clock):
-            raise InvalidSettings("clock must be a callable returning monotonic seconds.")
         self.config = config
-        self.ledger = ledger
+        self.ledger = checked_collaborators(ledger, principal, clock)
+        warn_if_history_dies_with_the_process(config, self.ledger.ledger.settings.url)
         self.principal = principal
         self._clock = clock
         # Registered sessions, least recently used first.
@@ -214,8 +209,9 @@ class SessionRegistry:
         await self._leave(live, None)
 
     async def close(self, session_id: str | uuid.UUID) -> None:
-        """Cancel the session's live work, wait for it to unwind, then record ``Closed``
-        and unregister it (so no late write of the session can land after the close)."""
+        """Cancel the session's live work, wait for it to unwind, then record ``Closed`` (or
+        ``Deleted`` with ``on_close="delete"``) and unregister it (so no late write of the
+        session can land after the close)."""
         await self.sweep()
         sid = normalise_id(session_id)
         live = self._sessions.get(sid) if sid is not None else None
@@ -347,18 +343,16 @@ class SessionRegistry:
             self._unregister(live)
             live.move_to(LiveState.LEAVING)
 
+        def leave(live: LiveSession, idle: float) -> Awaitable[object]:
+            if self.config.on_evict == "delete":
+                return self.ledger.delete_session(self.principal, live.session_id)
+            return self.ledger.evict(
+                self.principal, live.session_id, reason=reason, idle_seconds=max(0.0, idle)
+            )
+
         async def record() -> None:
             results = await asyncio.gather(
-                *(
-                    self.ledger.evict(
-                        self.principal,
-                        live.session_id,
-                        reason=reason,
-                        idle_seconds=max(0.0, float(idle)),
-                    )
-                    for live, idle in victims
-                ),
-                return_exceptions=True,
+                *(leave(live, float(idle)) for live, idle in victims), return_exceptions=True
             )
             failure: BaseException | None = None
             for (live, _), result in zip(victims, results, strict=True):
@@ -373,7 +367,8 @@ class SessionRegistry:
                 raise failure
 
         logger.info(
-            "evicting %d idle sessions (%s): %s", len(victims), reason,
+            "%s %d idle sessions (%s): %s",
+            "deleting" if self.config.on_evict == "delete" else "evicting", len(victims), reason,
             ", ".join(live.session_id for live, _ in victims),
         )  # fmt: skip
         task = self._spawn(record())
@@ -389,7 +384,9 @@ class SessionRegistry:
         async def unwind() -> None:
             try:
                 await live.cancel_and_drain()
-                if record == "close":
+                if record == "close" and self.config.on_close == "delete":
+                    await self.ledger.delete_session(self.principal, live.session_id)
+                elif record == "close":
                     await self.ledger.close_session(self.principal, live.session_id)
             except BaseException:
                 del self._leaving[live.session_id]

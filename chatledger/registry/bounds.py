@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import enum
 import uuid
+import warnings
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from chatledger.domain.errors import ChatLedgerError, InvalidInput, UnknownSession
-from chatledger.domain.values import ClientContext
+from chatledger.adapters.database import sqlite_in_memory
+from chatledger.async_ledger import AsyncSessionLedger
+from chatledger.domain.failures import (
+    ChatLedgerError,
+    InvalidInput,
+    InvalidSettings,
+    UnknownSession,
+)
+from chatledger.domain.values import ClientContext, Principal
+from chatledger.ledger import SessionLedger
 
 
 class LiveState(enum.Enum):
@@ -33,8 +42,13 @@ class SessionLimitError(ChatLedgerError):
     """The registry is at ``max_sessions`` and every session is busy; nothing was admitted."""
 
 
+Retention = Literal["keep", "delete"]
+"""What a registry does to a session's ledger state when the session leaves it."""
+
+
 class RegistryConfig(BaseModel):
-    """Bounds of a ``SessionRegistry``; ``None`` means unbounded. Zero and negatives are invalid."""
+    """Bounds and retention of a ``SessionRegistry``; ``None`` means unbounded. Zero and
+    negatives are invalid."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -44,6 +58,50 @@ class RegistryConfig(BaseModel):
     """Seconds a session may stay idle after its last turn ended before it expires."""
     max_queued: Annotated[int, Field(ge=1, strict=True)] | None = None
     """Turns that may wait behind the running one, per session."""
+    on_close: Retention = "keep"
+    """What ``close()`` records: ``keep`` a ``Closed`` event (the session can be adopted
+    again, its history and buffer intact); ``delete`` a ``Deleted`` event (the session leaves
+    the working set and its key starts afresh; the old history stays in the audit log)."""
+    on_evict: Retention = "keep"
+    """What an LRU or TTL eviction records: ``keep`` an ``Evicted`` event (adopting it brings
+    the session back as it was); ``delete`` a ``Deleted`` event, as for ``on_close``."""
+
+
+def registry_config(**settings: Any) -> RegistryConfig:
+    """A ``RegistryConfig`` from keyword settings; ``InvalidSettings`` naming what is wrong."""
+    try:
+        return RegistryConfig(**settings)
+    except ValidationError as error:
+        problems = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in error.errors())
+        raise InvalidSettings(
+            f"Invalid registry settings ({problems}); use None for unbounded, and 'keep' "
+            "or 'delete' for on_close and on_evict."
+        ) from None
+
+
+def checked_collaborators(ledger: Any, principal: Any, clock: Any) -> AsyncSessionLedger:
+    """The registry's ledger as an ``AsyncSessionLedger``, after checking what it was given."""
+    if isinstance(ledger, SessionLedger):
+        ledger = AsyncSessionLedger(ledger)
+    if not isinstance(ledger, AsyncSessionLedger):
+        raise InvalidSettings("ledger must be a SessionLedger or an AsyncSessionLedger.")
+    if not isinstance(principal, Principal):
+        raise InvalidSettings("principal must be a chatledger Principal.")
+    if not callable(clock):
+        raise InvalidSettings("clock must be a callable returning monotonic seconds.")
+    return ledger
+
+
+def warn_if_history_dies_with_the_process(config: RegistryConfig, ledger_url: str) -> None:
+    """Warn when a registry keeps history (on close or eviction) in in-memory SQLite."""
+    if "keep" in (config.on_close, config.on_evict) and sqlite_in_memory(ledger_url):
+        warnings.warn(
+            "This registry keeps the history of the sessions it closes or evicts, but its "
+            "ledger is in-memory SQLite: that history is lost when the process exits. Use "
+            "a file or PostgreSQL URL for the ledger, or on_close/on_evict='delete'.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def normalise_id(session_id: object) -> str | None:

@@ -18,7 +18,7 @@ from chatledger.adapters.database import SQLAlchemyError, create_store_engine, s
 from chatledger.adapters.schema import create_tables, require_tables
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.adapters.summarizer import ExtractiveSummarizer
-from chatledger.domain.errors import (
+from chatledger.domain.failures import (
     InvalidSettings,
     LedgerNotFound,
     StoreUnavailable,

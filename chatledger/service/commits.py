@@ -26,8 +26,8 @@ from uuid import UUID
 
 from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target
-from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, StoreUnavailable
 from chatledger.domain.events import ArchiveMerged, Committed, new_id
+from chatledger.domain.failures import ConcurrencyConflict, InvalidInput, StoreUnavailable
 from chatledger.domain.limits import Limits, check_int, check_summary, error_text
 from chatledger.domain.ports import ArchiveBody, ArchiveStore, Summarizer, Summary
 from chatledger.domain.quality import entity_retention_ratio, information_retention_ratio

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from chatledger.adapters.store import EventStoreApplication
-from chatledger.domain.errors import InvalidSettings, StoreUnavailable
+from chatledger.domain.failures import InvalidSettings, StoreUnavailable
 from chatledger.domain.limits import Limits
 from chatledger.service.commits import CommitRunner
 from chatledger.service.sessions import SessionStore

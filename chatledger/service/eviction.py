@@ -14,7 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from chatledger.domain.access import Target, query_scope
-from chatledger.domain.errors import ConcurrencyConflict, UnknownSession
+from chatledger.domain.failures import ConcurrencyConflict, UnknownSession
 from chatledger.domain.limits import check_aware, check_seconds
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros

@@ -23,9 +23,9 @@ from chatledger.adapters.codec import is_compact
 from chatledger.adapters.mapper import TimedStoredEvent
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.access import query_scope, target, visible
-from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import Forked, Started
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.identity import session_id
 from chatledger.domain.session import Session
 from chatledger.domain.values import Principal

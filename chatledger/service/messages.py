@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import new_id
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.identity import validate_key
 from chatledger.domain.limits import Limits, check_context, check_message
 from chatledger.domain.values import ROLES, ClientContext, Message, ToolCall

@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from chatledger.adapters.projector import store_errors
-from chatledger.adapters.queries import query_audit
-from chatledger.adapters.read_models import (
+from chatledger.adapters.audit_log import query_audit
+from chatledger.adapters.sql_projector import store_errors
+from chatledger.adapters.sql_read_models import (
     query_archives,
     query_idle,
     query_usage,
@@ -32,8 +32,8 @@ from chatledger.adapters.timeline import (
 )
 from chatledger.boundary import public
 from chatledger.domain.access import query_scope, target
-from chatledger.domain.errors import InvalidInput, UnknownSession
 from chatledger.domain.events import Forked
+from chatledger.domain.failures import InvalidInput, UnknownSession
 from chatledger.domain.limits import check_aware, check_int
 from chatledger.domain.session import SessionStatus
 from chatledger.domain.timestamps import from_micros, to_micros

@@ -31,8 +31,8 @@ from eventsourcing.persistence import IntegrityError, StoredEvent
 from chatledger.adapters.recorders import KeyedRow
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.access import Target
-from chatledger.domain.errors import ConcurrencyConflict, InvalidInput, UnknownSession
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import ConcurrencyConflict, InvalidInput, UnknownSession
 from chatledger.domain.limits import check_aware, check_int
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from datetime import datetime
 
 from chatledger.domain.access import Target
-from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import (
     ArchiveMerged,
     CommitFailed,
@@ -22,6 +21,7 @@ from chatledger.domain.events import (
     MessageAdded,
     TailReplaced,
 )
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.limits import check_int
 from chatledger.domain.session import Session
 from chatledger.domain.values import Principal

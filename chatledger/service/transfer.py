@@ -21,7 +21,7 @@ from eventsourcing.persistence import IntegrityError
 
 from chatledger.adapters.chain import ChainRow, first_breaks
 from chatledger.adapters.store import EventStoreApplication
-from chatledger.domain.errors import InvalidInput
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
 from chatledger.domain.values import Principal

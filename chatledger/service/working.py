@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from chatledger.domain.access import Target
-from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import new_id
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.limits import (
     MAX_INT,
     MAX_NAME_CHARS,

@@ -14,9 +14,9 @@ from datetime import datetime
 
 from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target
-from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import Closed, Evicted, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.session import Session
 from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal
 from chatledger.results import AddedMessage, SessionView

@@ -3,10 +3,10 @@
 Three read models, each a ``SqlReadModel`` with a name, a version and its own
 tables: the working set (one row per session), the archive history and tool
 usage. (The audit log needs no copy: it is the store's own rows with their
-stored facts, see ``chatledger.adapters.queries.query_audit``.)
+stored facts, see ``chatledger.adapters.audit_log.query_audit``.)
 ``apply(connection, span)`` brings a model from one log position to another
 inside the projector's transaction, which also moves the model's tracking
-position (see ``chatledger.adapters.projector``), so it never commits by
+position (see ``chatledger.adapters.sql_projector``), so it never commits by
 itself.
 
 The working set and usage are set-wise SQL over the stored facts every event

@@ -18,8 +18,8 @@ from typing import Any
 
 from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target, scope_target
-from chatledger.domain.errors import InvalidInput
 from chatledger.domain.events import ItemsRemoved, MessageAdded, TailReplaced, new_id
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.items import describe_item
 from chatledger.domain.limits import MAX_NAME_CHARS, Limits, check_json, check_message
 from chatledger.domain.session import Session
@@ -90,17 +90,22 @@ def record_with_state(
             tenant=target.tenant, key=target.key, actor=principal, timestamp=now, context=context
         )
 
-    parts = [
-        Part(
-            target.session_id, apply, create, idempotency_key, len(messages) + 3, expected_version
-        ),
-        *(
-            _scope_part(principal, target.tenant, scope, changes, now)
-            for scope, changes in shared.items()
-        ),
-    ]
+    reach = len(messages) + 3
     try:
-        written = sessions.write_together(parts)[0]
+        if shared:  # the scopes' streams change in the same transaction
+            parts = [
+                Part(target.session_id, apply, create, idempotency_key, reach, expected_version),
+                *(
+                    _scope_part(principal, target.tenant, scope, changes, now)
+                    for scope, changes in shared.items()
+                ),
+            ]
+            written = sessions.write_together(parts)[0]
+        else:  # one stream: the plain write, without the multi-stream bookkeeping
+            written = sessions.write(
+                target.session_id, apply, create=create, idempotency_key=idempotency_key,
+                reach=reach, expected_version=expected_version,
+            )  # fmt: skip
     except AlreadyRecorded as done:  # a retry with the same key: what the first call returned
         return _items_recorded(sessions, done.rows, messages)
     return added(messages, written)

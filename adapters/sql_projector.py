@@ -56,8 +56,16 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.append_postgres import append_channel
+from chatledger.adapters.database import is_environmental
 from chatledger.adapters.mapper import TimedStoredEvent
-from chatledger.adapters.read_models import (
+from chatledger.adapters.schema import (
+    CARRIES_ARCHIVES,
+    LOG_START,
+    LogCursor,
+    events_table,
+    orders_by_transaction,
+)
+from chatledger.adapters.sql_read_models import (
     STAGE_COLUMNS,
     Span,
     SqlReadModel,
@@ -66,16 +74,9 @@ from chatledger.adapters.read_models import (
     stage_table,
     tracking_table,
 )
-from chatledger.adapters.schema import (
-    CARRIES_ARCHIVES,
-    LOG_START,
-    LogCursor,
-    events_table,
-    orders_by_transaction,
-)
-from chatledger.domain.errors import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.events import EVENT_TYPES
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.timestamps import to_micros
 from chatledger.projections.archive_events import (
     ArchiveEvent,
@@ -603,8 +604,8 @@ class Projector:
             self._apply(cursors, low, last, at_head=count < size, names=list(self.models))
         except _Raced:
             raise
-        except ChatLedgerError:
-            if not self._reachable():
+        except ChatLedgerError as error:
+            if is_environmental(error) or not self._reachable():
                 raise
             if count > 1:
                 return self._step(max(1, count // 2))
@@ -688,8 +689,8 @@ class Projector:
                     error = failure
             if error is None:
                 continue
-            if not self._reachable():
-                raise error
+            if is_environmental(error) or not self._reachable():
+                raise error  # the database failed, not the event: the follower retries
             with (
                 store_errors("skip an event the read models cannot take"),
                 self.engine.begin() as connection,
