@@ -254,7 +254,7 @@ keys_table = Table(
     Index("chatledger_keys_owner", "tenant", "user_id"),
 )
 """The data keys of session content (``chatledger.adapters.key_store.SqlKeyStore``;
-revision 0006)."""
+revision 0007)."""
 
 
 def create_tables(engine: Engine) -> str:

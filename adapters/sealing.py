@@ -54,7 +54,7 @@ from chatledger.domain.events import (
 )
 from chatledger.domain.ports import ArchiveBody
 from chatledger.domain.session import Session
-from chatledger.domain.values import ERASED, message_tokens
+from chatledger.domain.values import ERASED, Message, message_tokens
 
 SEALED = "sealed"
 """The payload field holding the ciphertext (no event has a field of that name)."""
@@ -70,7 +70,8 @@ Container = dict[str, Any] | list[Any]
 
 class Sealing:
     """What a kind of value keeps in the clear and seals (``take``), puts back (``put``),
-    and reads as without its key (``blank``)."""
+    and reads as without its key (``blank``). A field a payload leaves out (stored form 2
+    leaves out defaults: an empty state, a default task) holds nothing to seal."""
 
     def take(self, c: Any, f: Any, secrets: list[Any], tokens: list[int]) -> None:
         raise NotImplementedError
@@ -80,23 +81,33 @@ class Sealing:
 
     def blank(self, c: Any, f: Any, tokens: Iterator[int]) -> None:
         raise NotImplementedError
+
+
+def _absent(c: Any, f: Any) -> bool:
+    return isinstance(c, dict) and f not in c
 
 
 class _Message(Sealing):
     """Text, name and item; the id, role, time, tool call -- and the tokens -- stay."""
 
     def take(self, c: Any, f: Any, secrets: list[Any], tokens: list[int]) -> None:
+        if _absent(c, f):
+            return
         m = c[f]
         content, name, item = m.pop("content"), m.pop("name", None), m.pop("item", None)
         tokens.append(message_tokens(content, item))
         secrets.append([content, name, item])
 
     def put(self, c: Any, f: Any, secrets: Iterator[Any]) -> None:
+        if _absent(c, f):
+            return
         m = c[f]
         if "content" not in m:
             m["content"], m["name"], m["item"] = next(secrets)
 
     def blank(self, c: Any, f: Any, tokens: Iterator[int]) -> None:
+        if _absent(c, f):
+            return
         m = c[f]
         if "content" not in m:
             m.update(content=ERASED, name=None, item=erased_item(next(tokens)))
@@ -106,6 +117,8 @@ class _Archive(Sealing):
     """Overview, abstract and (if it holds anything but numbers) the metadata."""
 
     def take(self, c: Any, f: Any, secrets: list[Any], tokens: list[int]) -> None:
+        if _absent(c, f):
+            return
         a = c[f]
         metadata = a.get("metadata", {})
         hidden = not all(is_number(v) for v in metadata.values())
@@ -114,6 +127,8 @@ class _Archive(Sealing):
             a["metadata"] = {k: v for k, v in metadata.items() if is_number(v)}
 
     def put(self, c: Any, f: Any, secrets: Iterator[Any]) -> None:
+        if _absent(c, f):
+            return
         a = c[f]
         if "overview" not in a:
             a["overview"], a["abstract"], metadata = next(secrets)
@@ -121,6 +136,8 @@ class _Archive(Sealing):
                 a["metadata"] = metadata
 
     def blank(self, c: Any, f: Any, tokens: Iterator[int]) -> None:
+        if _absent(c, f):
+            return
         a = c[f]
         if "overview" not in a:
             a["overview"] = a["abstract"] = ERASED
@@ -130,16 +147,22 @@ class _State(Sealing):
     """The values of a key-value state; the keys stay (as a list, which marks it sealed)."""
 
     def take(self, c: Any, f: Any, secrets: list[Any], tokens: list[int]) -> None:
+        if _absent(c, f):
+            return
         state = c[f]
         if state:
             secrets.append(list(state.values()))
             c[f] = list(state)
 
     def put(self, c: Any, f: Any, secrets: Iterator[Any]) -> None:
+        if _absent(c, f):
+            return
         if isinstance(c[f], list):
             c[f] = dict(zip(c[f], next(secrets), strict=True))
 
     def blank(self, c: Any, f: Any, tokens: Iterator[int]) -> None:
+        if _absent(c, f):
+            return
         if isinstance(c[f], list):
             c[f] = dict.fromkeys(c[f], ERASED)
 
@@ -151,16 +174,22 @@ class _Whole(Sealing):
         self.erased = erased
 
     def take(self, c: Any, f: Any, secrets: list[Any], tokens: list[int]) -> None:
+        if _absent(c, f):
+            return
         value = c[f]
         if value and (not isinstance(value, dict) or any(value.values())):
             secrets.append(value)
             c[f] = None
 
     def put(self, c: Any, f: Any, secrets: Iterator[Any]) -> None:
+        if _absent(c, f):
+            return
         if c[f] is None:
             c[f] = next(secrets)
 
     def blank(self, c: Any, f: Any, tokens: Iterator[int]) -> None:
+        if _absent(c, f):
+            return
         if c[f] is None:
             c[f] = json.loads(json.dumps(self.erased))  # a fresh copy
 
@@ -172,16 +201,22 @@ class _Each(Sealing):
         self.kind = kind
 
     def take(self, c: Any, f: Any, secrets: list[Any], tokens: list[int]) -> None:
+        if _absent(c, f):
+            return
         entries = c[f]
         for i in range(len(entries)):
             self.kind.take(entries, i, secrets, tokens)
 
     def put(self, c: Any, f: Any, secrets: Iterator[Any]) -> None:
+        if _absent(c, f):
+            return
         entries = c[f]
         for i in range(len(entries)):
             self.kind.put(entries, i, secrets)
 
     def blank(self, c: Any, f: Any, tokens: Iterator[int]) -> None:
+        if _absent(c, f):
+            return
         entries = c[f]
         for i in range(len(entries)):
             self.kind.blank(entries, i, tokens)
@@ -197,14 +232,20 @@ class _Nested(Sealing):
         self.parts = parts
 
     def take(self, c: Any, f: Any, secrets: list[Any], tokens: list[int]) -> None:
+        if _absent(c, f):
+            return
         for field, kind in self.parts:
             kind.take(c[f], field, secrets, tokens)
 
     def put(self, c: Any, f: Any, secrets: Iterator[Any]) -> None:
+        if _absent(c, f):
+            return
         for field, kind in self.parts:
             kind.put(c[f], field, secrets)
 
     def blank(self, c: Any, f: Any, tokens: Iterator[int]) -> None:
+        if _absent(c, f):
+            return
         for field, kind in self.parts:
             kind.blank(c[f], field, tokens)
 
@@ -299,40 +340,67 @@ def open_sealed(
     return True
 
 
-def seal_message_added(
-    event: MessageAdded, exclude: dict[str, Any], key_id: str, cipher: AESGCM, aad: bytes
-) -> bytes:
-    """The sealed payload of a ``MessageAdded``, straight to bytes: what ``seal`` makes of
-    its JSON, without building the dict (the hot path of every append)."""
-    message = event.message
-    clear = event.model_dump_json(exclude={**exclude, "message": _MESSAGE_SECRETS})
-    secrets = [[message.content, message.name, message.item]]
+def seal_compact_message(
+    payload: dict[str, Any], message: Message, key_id: str, cipher: AESGCM, aad: bytes
+) -> None:
+    """Seal a ``MessageAdded`` payload of stored form 2 (``chatledger.adapters.codec``): its
+    text, name and item (``c``, ``n``, ``x``) go into the ciphertext; the role stays, always
+    written out (``r``), since the item it might be read from is sealed."""
+    for field in ("c", "n", "x"):
+        payload.pop(field, None)
+    payload["r"] = message.role
     nonce = os.urandom(_NONCE)
-    plain = to_json(secrets)  # pydantic's encoder: the values are plain JSON (checked input)
+    plain = to_json([[message.content, message.name, message.item]])  # plain JSON (checked)
     data = base64.b64encode(nonce + cipher.encrypt(nonce, plain, aad)).decode()
-    # Key ids are made by key stores: JSON-safe as they are (checked where they are made).
-    sealed = f',"{SEALED}":{{"k":"{key_id}","c":"{data}","t":[{message.tokens}]}}}}'
-    return clear[:-1].encode() + sealed.encode()
+    payload[SEALED] = {"k": key_id, "c": data, "t": [message.tokens]}
 
 
-_MESSAGE_SECRETS = {"content", "name", "item"}
+def open_compact_message(
+    payload: dict[str, Any], sealed: Any, ciphers: Ciphers, aad: bytes
+) -> bool:
+    """Put a sealed form-2 ``MessageAdded`` payload's text, name and item back (``sealed``
+    popped from it): ``True``; without the key, their erased form: ``False``."""
+    cipher = ciphers(str(sealed["k"]))
+    if cipher is None:
+        payload["c"] = ERASED
+        payload.pop("n", None)
+        payload["x"] = erased_item(int(sealed.get("t", [1])[0]))
+        return False
+    raw = base64.b64decode(sealed["c"])
+    try:
+        plain = cipher.decrypt(raw[:_NONCE], raw[_NONCE:], aad)
+    except InvalidTag:
+        raise ValueError(
+            f"the sealed content does not open with key {sealed['k']} (altered, or moved "
+            "from another session)"
+        ) from None
+    ((content, name, item),) = json.loads(plain)
+    payload["c"] = content
+    if name is not None:
+        payload["n"] = name
+    if item is not None:
+        payload["x"] = item
+    return True
+
+
+def holds_plain_content(parts: Parts | None, payload: dict[str, Any]) -> bool:
+    """Whether an unsealed payload holds content in the clear (written unencrypted);
+    ``parts`` None: a ``MessageAdded`` of stored form 2."""
+    if SEALED in payload:
+        return False
+    if parts is None:
+        return "c" in payload or "x" in payload
+    copy = json.loads(json.dumps(payload))
+    secrets: list[Any] = []
+    for field, kind in parts:
+        kind.take(copy, field, secrets, [])
+    return bool(secrets)
 
 
 def key_id_of(payload: dict[str, Any]) -> str | None:
     """The id of the key a stored payload is sealed with (``None``: not sealed)."""
     sealed = payload.get(SEALED)
     return str(sealed["k"]) if isinstance(sealed, dict) and "k" in sealed else None
-
-
-def holds_plain_content(parts: Parts, payload: dict[str, Any]) -> bool:
-    """Whether an unsealed payload holds content in the clear (written unencrypted)."""
-    if SEALED in payload:
-        return False
-    copy = json.loads(json.dumps(payload))
-    secrets: list[Any] = []
-    for field, kind in parts:
-        kind.take(copy, field, secrets, [])
-    return bool(secrets)
 
 
 def seal_body(body: ArchiveBody, key_id: str, cipher: AESGCM) -> ArchiveBody:

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
 from uuid import UUID
 
 from eventsourcing.utils import resolve_topic
 from sqlalchemy import delete, select
 
+from chatledger.adapters.codec import EVENTS_BY_NAME, is_compact
 from chatledger.adapters.schema import events_table, snapshots_table
-from chatledger.adapters.sealing import PARTS, holds_plain_content, key_id_of
+from chatledger.adapters.sealing import PARTS, Parts, holds_plain_content, key_id_of
 from chatledger.adapters.sql_projector import store_errors
 from chatledger.adapters.store import EventStoreApplication
+from chatledger.domain.events import MessageAdded
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,8 @@ def survey(store: EventStoreApplication, sid: UUID) -> Survey:
     unencrypted = 0
     for is_event, rows_ in ((True, rows), (False, snapshots)):
         for row in rows_:
-            parts = _parts(row.topic)
-            if not parts:
+            found, parts = _parts(row.topic)
+            if not found:
                 continue
             try:
                 payload = json.loads(row.state)
@@ -58,15 +59,24 @@ def survey(store: EventStoreApplication, sid: UUID) -> Survey:
                 key_ids.add(key_id)
             elif is_event and holds_plain_content(parts, payload):
                 unencrypted += 1
-    erased = bool(rows) and rows[-1].topic.endswith(":Erased")
+    erased = bool(rows) and rows[-1].topic.rsplit(":", 1)[-1] == "Erased"
     return Survey(bool(rows), frozenset(key_ids), unencrypted, erased)
 
 
-def _parts(topic: str) -> Any:
-    try:
-        return PARTS.get(resolve_topic(topic), ())
-    except Exception:  # a topic this version does not know
-        return ()
+def _parts(topic: str) -> tuple[bool, Parts | None]:
+    """Whether rows of ``topic`` may hold content, and its parts (None: a ``MessageAdded``
+    of stored form 2)."""
+    if is_compact(topic):
+        cls = EVENTS_BY_NAME.get(topic)
+        if cls is MessageAdded:
+            return True, None
+    else:
+        try:
+            cls = resolve_topic(topic)
+        except Exception:  # a topic this version does not know
+            return False, None
+    parts = PARTS.get(cls) if cls is not None else None
+    return parts is not None, parts
 
 
 def started_sessions(

@@ -145,13 +145,16 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations, E
         """
         found = self._target(principal, key, account_id)
         now = self.core.now()
-        message = build_message(self.limits, now, role, content, name, tool_call, message_id)
+        limits = self.limits
+        message = build_message(limits, now, role, content, name, tool_call, message_id)
         if expected_version is not None or state or shared_state:
             return self._record(
                 principal, found, [message], now, context, state, shared_state,
                 expected_version, idempotency_key,
             )[0]  # fmt: skip
-        built_context, write_key = build_context(self.limits, context), checked_key(idempotency_key)
+        # (The usual call passes neither: no calls for them on the hot path.)
+        built_context = None if context is None else build_context(limits, context)
+        write_key = None if idempotency_key is None else checked_key(idempotency_key)
         return writes.record_messages(
             self.core.sessions, principal, found, [message], now, built_context, write_key
         )[0]
@@ -344,7 +347,7 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations, E
     ) -> SessionView:
         """The session now, or as it was at a version or a moment."""
         found = self._target(principal, key, account_id)
-        return self._view(self.core.sessions.as_of(found, at_version, at_time))
+        return self.core.sessions.read(found, self._view, at_version, at_time)
 
     @public
     def context(
@@ -360,8 +363,9 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations, E
         """The prompt context: latest archive summary plus the newest live messages that fit."""
         check_int(token_budget, "token_budget")
         found = self._target(principal, key, account_id)
-        session = self.core.sessions.as_of(found, at_version, at_time)
-        return views.context_view(session, token_budget)
+        return self.core.sessions.read(
+            found, lambda session: views.context_view(session, token_budget), at_version, at_time
+        )
 
     @public
     def history(

@@ -26,7 +26,7 @@ from chatledger.domain.erased_forms import (
     erased_text,
 )
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
-from chatledger.domain.rules import with_merge
+from chatledger.domain.rules import merged_refs, with_merge
 from chatledger.domain.values import (
     ArchiveSummary,
     ClientContext,
@@ -89,6 +89,7 @@ class Forked(SessionCreationEvent):
         session.extraction_summary = self.extraction_summary
         session.set_buffer(self.buffer)
         session.archives = list(self.archives)
+        session.archive_refs = [(self.originator_version, i) for i in range(len(self.archives))]
         session.message_count = self.message_count
         session.commit_count = self.commit_count
         session.last_commit_at = self.last_commit_at
@@ -128,6 +129,8 @@ class Committed(SessionEvent):
         if not self.kept:
             _drop(session, self.archive.message_ids)
         session.archives.append(self.archive)
+        if session.archive_refs is not None:
+            session.archive_refs.append((self.originator_version, 0))
         session.commit_count += 1
         session.last_commit_at = self.timestamp
         session.updated_at = self.timestamp
@@ -154,6 +157,13 @@ class ArchiveMerged(SessionEvent):
 
     def apply(self, aggregate: Any) -> None:
         session: SessionFields = aggregate
+        if session.archive_refs is not None:
+            session.archive_refs = merged_refs(
+                session.archives,
+                session.archive_refs,
+                (self.originator_version, 0),
+                self.source_archive_ids,
+            )
         session.archives = with_merge(session.archives, self.archive, self.source_archive_ids)
         session.updated_at = self.timestamp
 
@@ -254,6 +264,7 @@ class Deleted(SessionEvent):
         session: SessionFields = aggregate
         session.set_buffer(())
         session.archives = []
+        session.archive_refs = []
         session.message_count = session.commit_count = 0
         session.last_commit_at = None
         session.state = {}

@@ -97,7 +97,7 @@ def test_a_ledger_written_before_commit_order_opens_verified_and_unchanged(
 ) -> None:
     """Opening an old ledger upgrades it; every chain verifies and exports as it did."""
     with SessionLedger(old_ledger_url) as ledger:
-        report = ledger.verify(ADMIN)
+        report = ledger.verify(ADMIN, deep=True)
         assert report.ok, report.issues
         assert (report.sessions_checked, report.events_checked) == (4, EVENTS)
         assert report.snapshots_checked > 0
@@ -132,7 +132,7 @@ def test_the_upgrade_keeps_the_log_order_and_moves_positions_past_the_old_ones(
 
 def test_old_read_models_resume_where_they_stopped(old_ledger_url: str) -> None:
     """Read models of the old ledger keep their positions and apply just what they lacked --
-    but the archive history, whose rows changed since (no content: revision 0006's
+    but the archive history, whose rows changed since (no content: the read model's
     version 3), which is rebuilt."""
     with SessionLedger(old_ledger_url) as ledger, ReadModels(ledger) as models:
         assert models.reset_on_start == ("archives",)

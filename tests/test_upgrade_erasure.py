@@ -1,4 +1,4 @@
-"""Schema revision 0006 (the key table) on ledgers written before encryption at rest.
+"""Schema revision 0007 (the key table) on ledgers written before encryption at rest.
 
 The fixtures were made by chatledger at commit 54d8519 (revision 0005), which
 stored content in the clear (``tests/fixtures/make_pre_erasure.py``): a SQLite
@@ -76,14 +76,14 @@ def _hashed_rows(lines: list[str]) -> list[tuple[object, ...]]:
 def test_a_ledger_from_before_encryption_upgrades_verifies_and_reads_as_before(
     old_ledger_url: str, backend: str
 ) -> None:
-    """Opening it adds the key table (revision 0006); every chain verifies; content reads as
+    """Opening it adds the key table (revision 0007); every chain verifies; content reads as
     it was written; the export keeps every old row as it was."""
     name = "sqlite" if backend == "sqlite" else "postgres"
     before = (FIXTURES / f"pre_erasure.{name}.export.jsonl").read_text().splitlines()
     with SessionLedger(old_ledger_url) as ledger:
         engine = ledger.core.store.event_recorder.engine
         with engine.connect() as connection:
-            assert schema_revision(connection) == SCHEMA_HEAD == "0006"
+            assert schema_revision(connection) == SCHEMA_HEAD == "0007"
             assert inspect(connection).has_table("chatledger_keys")
         report = ledger.verify(ADMIN)
         assert report.ok, report.issues

@@ -38,8 +38,7 @@ def populate(ledger: SessionLedger, summarizer: FlakySummarizer) -> None:
 
 
 def tamper(ledger: SessionLedger, key_version: int) -> None:
-    """Change a stored byte of an event of acme/t-1 (a user message), directly in the
-    database."""
+    """Change one stored byte of an event of acme/t-1, directly in the database."""
     engine = ledger.core.store.event_recorder.engine
     with engine.begin() as connection:
         row: Any = connection.execute(
@@ -49,8 +48,7 @@ def tamper(ledger: SessionLedger, key_version: int) -> None:
             ),
             {"v": key_version},
         ).one()
-        # Who spoke is readable in the stored payload (the text itself is encrypted).
-        state = bytes(row.state).replace(b'"role":"user"', b'"role":"tool"')
+        state = bytes(row.state).replace(b"Question 3", b"Question 9")
         assert state != bytes(row.state)
         connection.execute(
             text("UPDATE chatledger_events SET state = :state WHERE id = :id"),

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
@@ -50,9 +50,11 @@ class AlreadyRecorded(Exception):
         self.rows = rows
 
 
-@dataclass(frozen=True)
-class Written(Generic[R]):
-    """What a write returned: the change's own result, the events' positions, the session."""
+class Written(NamedTuple, Generic[R]):
+    """What a write returned: the change's own result, the events' positions, the session.
+
+    A named tuple: one is made for every write, and it is cheaper to build than a
+    frozen dataclass."""
 
     outcome: R
     positions: list[int]
@@ -100,6 +102,11 @@ class SessionStore:
     # ------------------------------------------------------------- locking
     def lock(self, sid: UUID) -> _SessionLock:
         """The lock serialising this process's writes and loads of one session."""
+        # A cached session holds its lock: found without the guard (one dict read,
+        # atomic), the common case of every write to a loaded session.
+        entry = self._cache.get(sid.int)
+        if entry is not None and entry[1] is not None:
+            return entry[1]
         with self._locks_guard:
             holder = self._locks.get(sid.int)
             if holder is None:
@@ -156,8 +163,7 @@ class SessionStore:
             self._remember(sid, session)
             return session
         if fresh:
-            for event in self.store.events.get(sid, gt=session.version):
-                event.mutate(session)  # type: ignore[attr-defined]
+            self.store.fast_forward(session)
         return session
 
     def require(self, target: Target) -> Session:
@@ -173,6 +179,20 @@ class SessionStore:
         with self.lock(target.session_id):
             session = self.require(target)
             return Session.from_state(session.id, session.version, session.to_state())
+
+    def read(
+        self,
+        target: Target,
+        render: Callable[[Session], R],
+        at_version: int | None = None,
+        at_time: datetime | None = None,
+    ) -> R:
+        """``render`` of the session now (under its lock, so no copy is made: a long
+        buffer is not copied on every read) or as it was at a version or a moment."""
+        if at_version is None and at_time is None:
+            with self.lock(target.session_id):
+                return render(self.require(target))
+        return render(self.as_of(target, at_version, at_time))
 
     def as_of(
         self, target: Target, at_version: int | None = None, at_time: datetime | None = None

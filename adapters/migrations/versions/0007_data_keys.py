@@ -6,8 +6,8 @@ user of an account), its material, and once destroyed the moment it was
 content in the clear and stay exactly as they were; events written after it
 are sealed (``chatledger.adapters.sealing``).
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
