@@ -1,6 +1,6 @@
 """Schema revision 0007 (the key table) on ledgers written before encryption at rest.
 
-The fixtures were made by chatledger at commit 54d8519 (revision 0005), which
+The fixtures were made by chatledger at commit 64c649a (revision 0006), which
 stored content in the clear (``tests/fixtures/make_pre_erasure.py``): a SQLite
 file and a ``pg_dump`` restored here into the test's schema, 26 events of five
 sessions with every kind of content holding ``OLD_SECRET``, snapshots, and
