@@ -312,8 +312,9 @@ def report(level: Level, n: int, results: dict[str, Samples], sessions: int) -> 
     sealed = results[LEDGER_SEALED]
     console.print(
         f"  (info) encryption: encrypted/unencrypted = {sealed.median / ledger.median:.2f}x "
-        f"(medians) | {paired_ratio(sealed, ledger):.2f}x (paired); encrypted vs raw "
-        f"{sealed.median / raw.median:.2f}x (target {TARGET_VS_RAW} for encryption on by "
+        f"(medians) | {paired_ratio(sealed, ledger):.2f}x (paired; per round "
+        f"{paired_spread(sealed, ledger)}); encrypted vs raw {sealed.median / raw.median:.2f}x, "
+        f"per round {paired_spread(sealed, raw)} (target {TARGET_VS_RAW} for encryption on by "
         "default)",
         highlight=False,
     )
