@@ -25,6 +25,7 @@ import base64
 import functools
 import json
 import os
+from binascii import b2a_base64
 from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import UUID
@@ -351,7 +352,7 @@ def seal_compact_message(
     payload["r"] = message.role
     nonce = os.urandom(_NONCE)
     plain = to_json([[message.content, message.name, message.item]])  # plain JSON (checked)
-    data = base64.b64encode(nonce + cipher.encrypt(nonce, plain, aad)).decode()
+    data = b2a_base64(nonce + cipher.encrypt(nonce, plain, aad), newline=False).decode()
     payload[SEALED] = {"k": key_id, "c": data, "t": [message.tokens]}
 
 
