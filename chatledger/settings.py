@@ -137,7 +137,7 @@ class LedgerSettings(BaseSettings):
         default=False,
         description=(
             "Encrypt each session's content at rest (AES-256-GCM, a data key per session or "
-            "user), so that erase() can destroy it; appends cost about a tenth more. Off "
+            "user), so that erase() can destroy it; appends cost a tenth to a fifth more. Off "
             "(the default), new content is stored in the clear and erasure cannot reach it "
             "(docs/erasure.md)."
         ),
