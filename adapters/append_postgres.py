@@ -59,15 +59,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from eventsourcing.persistence import DatabaseError, IntegrityError, OperationalError, StoredEvent
 from sqlalchemy import Engine, Table
 from sqlalchemy import Sequence as DbSequence
 
-from chatledger.adapters.chain import GENESIS, ChainRow, chain_hash
+from chatledger.adapters.chain import GENESIS, ChainRow, link_hash
 from chatledger.adapters.store_errors import OutcomeUnknown
 from chatledger.projections.facts import StoredFacts
 
@@ -83,9 +82,9 @@ Head = tuple[int, bytes, int]
 """A session's newest event as this process appended it: (version, hash, position)."""
 
 
-@dataclass(frozen=True)
-class Numbered:
-    """Events ready to insert: their rows (in insert order), positions and the new chain heads."""
+class Numbered(NamedTuple):
+    """Events ready to insert: their rows (in insert order), positions and the new chain heads.
+    (A named tuple: one per append, cheaper to build than a frozen dataclass.)"""
 
     rows: list[tuple[Any, ...]]
     positions: list[int]
@@ -260,19 +259,12 @@ class PostgresAppender:
             if facts is None:
                 raise DatabaseError(f"event {version} of {oid} has no stored facts to record")
             timestamp_us = getattr(row, "timestamp_us", 0)
-            digest = chain_hash(
-                before,
-                position=position,
-                originator_id=oid,
-                version=version,
-                topic=row.topic,
-                timestamp_us=timestamp_us,
-                state=row.state,
-                key=self.chain_key,
-            )
-            values.append(
-                (position, oid, version, row.topic, row.state, timestamp_us, digest, *facts)
-            )
+            topic, state = row.topic, row.state
+            digest = link_hash(
+                before, position, oid.bytes, version, timestamp_us, topic.encode(), state,
+                self.chain_key,
+            )  # fmt: skip
+            values.append((position, oid, version, topic, state, timestamp_us, digest, *facts))
             heads[oid.int] = (version, digest, position)
         return Numbered(values, positions, heads)
 
@@ -410,7 +402,8 @@ class _Notifier:
 
     def poke(self) -> None:
         """Ask for a notification: sent soon, once for every append poked meanwhile."""
-        self._wanted.set()
+        if not self._wanted.is_set():  # set() takes the event's lock and wakes waiters
+            self._wanted.set()
         if self._thread is None:
             with self._lock:
                 if self._thread is None and not self._stopping:

@@ -18,20 +18,23 @@ autocommitted INSERT; several share one ``BEGIN IMMEDIATE`` transaction.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from itertools import compress
 from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import DatabaseError, IntegrityError, StoredEvent
 from sqlalchemy import Engine, Table
 
-from chatledger.adapters.chain import GENESIS, ChainRow, chain_hash
+from chatledger.adapters.chain import GENESIS, ChainRow, link_hash
 from chatledger.projections.facts import StoredFacts
 
 _T = TypeVar("_T")
 _KEPT_HEADS = 10_000  # chain heads remembered between appends
+_NONE = type(None)
 
 
 class SqliteWriter:
@@ -91,10 +94,18 @@ class SqliteAppender:
         self.chain_key = chain_key
         name = table.name
         # tx_id is left to its column default (0 on SQLite).
-        columns = [c.name for c in table.columns if c.name != "tx_id"]
+        columns = [c for c in table.columns if c.name != "tx_id"]
+        self._names = [c.name for c in columns]
         self._sql_insert = (
-            f"INSERT INTO {name} ({', '.join(columns)}) VALUES ({', '.join(['?'] * len(columns))})"
+            f"INSERT INTO {name} ({', '.join(self._names)}) "
+            f"VALUES ({', '.join(['?'] * len(columns))})"
         )
+        self._table_name = name
+        nullable = [i for i, c in enumerate(columns) if c.nullable]
+        self._nullable = operator.itemgetter(*nullable)
+        self._nullable_at = nullable
+        # The INSERT for each pattern of NULL facts, with the values it binds (see _statement).
+        self._inserts: dict[tuple[type, ...], tuple[str, tuple[bool, ...]]] = {}
         self._sql_max_id = f"SELECT COALESCE(MAX(id), 0) FROM {name}"
         self._sql_hash_of = (
             f"SELECT hash FROM {name} WHERE originator_id = ? AND originator_version = ?"
@@ -173,23 +184,47 @@ class SqliteAppender:
                 raise DatabaseError(f"event {version} of {oid} has no stored facts to record")
             position += 1
             timestamp_us = getattr(row, "timestamp_us", 0)
-            digest = chain_hash(
-                head[1],
-                position=position,
-                originator_id=oid,
-                version=version,
-                topic=row.topic,
-                timestamp_us=timestamp_us,
-                state=row.state,
-                key=self.chain_key,
-            )
+            topic, state = row.topic, row.state
+            digest = link_hash(
+                head[1], position, oid.bytes, version, timestamp_us, topic.encode(), state,
+                self.chain_key,
+            )  # fmt: skip
             cursor.execute(
-                self._sql_insert,
-                (position, oid.hex, version, row.topic, row.state, timestamp_us, digest, *facts),
+                *self._statement(
+                    (position, oid.hex, version, topic, state, timestamp_us, digest, *facts)
+                )
             )
             heads[stream] = (version, digest)
             positions.append(position)
         return positions, heads
+
+    def _statement(self, values: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+        """The INSERT of one row and the values it binds.
+
+        Python's sqlite3 binds ints, floats and strs directly but runs every
+        other value -- ``None``, ``bytes`` -- through its adaptation protocol,
+        which costs several times a plain bind (an attribute lookup that fails,
+        with its error text formatted and dropped). So facts that are NULL are
+        written as literal NULLs (one cached statement per pattern of them) and
+        the payload and hash are bound as ``bytearray`` (the same BLOB).
+        """
+        nulls = tuple(map(type, self._nullable(values)))
+        found = self._inserts.get(nulls)
+        if found is None:
+            found = self._inserts[nulls] = self._compile(nulls)
+        sql, keep = found
+        bound = list(compress(values, keep))
+        bound[4] = bytearray(bound[4])  # state
+        bound[6] = bytearray(bound[6])  # hash
+        return sql, tuple(bound)
+
+    def _compile(self, nulls: tuple[type, ...]) -> tuple[str, tuple[bool, ...]]:
+        literal = {i for i, kind in zip(self._nullable_at, nulls, strict=True) if kind is _NONE}
+        marks = ["NULL" if i in literal else "?" for i in range(len(self._names))]
+        sql = (
+            f"INSERT INTO {self._table_name} ({', '.join(self._names)}) VALUES ({', '.join(marks)})"
+        )
+        return sql, tuple(i not in literal for i in range(len(self._names)))
 
     def _hash_of(self, cursor: Any, originator_id: UUID, version: int) -> bytes:
         if version == 0:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 GENESIS = bytes(32)
 _HEADER = struct.Struct(">q16sqqI")
 _LENGTH = struct.Struct(">Q")
+_sha256 = hashlib.sha256
 
 
 def chain_hash(
@@ -40,19 +41,35 @@ def chain_hash(
     key: bytes | None = None,
 ) -> bytes:
     """The hash of one stored event, given the hash of the event before it."""
-    topic_bytes = topic.encode()
+    return link_hash(
+        previous, position, originator_id.bytes, version, timestamp_us, topic.encode(), state, key
+    )
+
+
+def link_hash(
+    previous: bytes,
+    position: int,
+    originator_id: bytes,
+    version: int,
+    timestamp_us: int,
+    topic: bytes,
+    state: bytes,
+    key: bytes | None,
+) -> bytes:
+    """``chain_hash`` on values already in bytes (the session id's 16, the topic encoded),
+    positionally: the form the append paths and ``verify`` call once per event."""
     message = b"".join(
         (
             previous,
-            _HEADER.pack(position, originator_id.bytes, version, timestamp_us, len(topic_bytes)),
-            topic_bytes,
+            _HEADER.pack(position, originator_id, version, timestamp_us, len(topic)),
+            topic,
             _LENGTH.pack(len(state)),
             state,
         )
     )
     if key:
-        return hmac.new(key, message, hashlib.sha256).digest()
-    return hashlib.sha256(message).digest()
+        return hmac.new(key, message, _sha256).digest()
+    return _sha256(message).digest()
 
 
 @dataclass(frozen=True)
@@ -128,6 +145,55 @@ def first_breaks(rows: Iterable[ChainRow], key: bytes | None = None) -> Iterator
             continue
         previous = row.hash
         expected_version += 1
+
+
+def first_break(
+    session_id: UUID, rows: Sequence[tuple[Any, ...]], key: bytes | None = None
+) -> BrokenLink | None:
+    """The first broken link of one session's stored rows, as a store returns them.
+
+    ``rows`` are the session's rows in version order, each a tuple starting
+    with position, session id, version, topic, state, timestamp and hash (more
+    may follow); ``session_id`` is the session's id. The same verdict as
+    ``first_breaks`` over the same rows as ``ChainRow`` objects, without
+    building one per row: ``verify`` runs this over every stored event.
+    """
+    try:
+        return _first_break(session_id, rows, key)
+    except (TypeError, ValueError, AttributeError, OverflowError, struct.error):
+        # A value of another type than the columns hold (a row edited by hand):
+        # the careful way, which makes it an impossible value instead.
+        careful = [stored_chain_row(*row[:7]) for row in rows]
+        return next(first_breaks(careful, key), None)
+
+
+def _first_break(
+    session_id: UUID, rows: Sequence[tuple[Any, ...]], key: bytes | None
+) -> BrokenLink | None:
+    oid = session_id.bytes
+    topics: dict[str, bytes] = {}
+    previous = GENESIS
+    expected = 1
+    for row in rows:
+        position, _, version, topic, state, timestamp_us, digest = row[:7]
+        if version != expected:
+            reason = "missing event" if version > expected else "repeated version"
+            return BrokenLink(
+                session_id=session_id, version=expected, position=position, reason=reason,
+                expected=f"version {expected}", found=f"version {version}",
+            )  # fmt: skip
+        encoded = topics.get(topic)
+        if encoded is None:
+            encoded = topics[topic] = topic.encode()
+        recomputed = link_hash(previous, position, oid, version, timestamp_us, encoded, state, key)
+        if not hmac.compare_digest(recomputed, digest):
+            return BrokenLink(
+                session_id=session_id, version=version, position=position,
+                reason="hash mismatch", expected=recomputed.hex(), found=bytes(digest).hex(),
+            )  # fmt: skip
+        previous = digest
+        expected += 1
+    return None
 
 
 def as_bytes(value: Any) -> bytes:

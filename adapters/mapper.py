@@ -21,6 +21,8 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import (
+    Cipher,
+    Compressor,
     Mapper,
     MapperDeserialisationError,
     Notification,
@@ -39,6 +41,7 @@ _ORIGINATOR_FIELDS: set[str] = {"originator_id", "originator_version"}
 # An event without an idempotency key stores no such field: the same bytes as
 # before keys existed, and nothing to pay on the hot path.
 _UNKEYED_FIELDS: set[str] = _ORIGINATOR_FIELDS | {"idempotency_key"}
+_UNSEEN: Any = object()
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,18 @@ class JSONBytesTranscoder(Transcoder):
 
 class PydanticMapper(Mapper[UUID]):
     """Maps pydantic domain events to and from ``TimedStoredEvent`` records."""
+
+    def __init__(
+        self,
+        transcoder: Transcoder,
+        compressor: Compressor | None = None,
+        cipher: Cipher | None = None,
+    ) -> None:
+        super().__init__(transcoder, compressor, cipher)
+        # Per topic: the event class whose stored payloads event_of_row() parses in one
+        # pass, or None where it cannot (not a pydantic class, an older class_version).
+        self._fast_classes: dict[str, type[BaseModel] | None] = {}
+        self._last_id: tuple[UUID | None, bytes] = (None, b"")  # and its JSON text
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         model: BaseModel = domain_event
@@ -105,7 +120,8 @@ class PydanticMapper(Mapper[UUID]):
             payload = model.model_dump(mode="json", exclude=exclude)
             payload["class_version"] = class_version
             return json.dumps(payload, separators=(",", ":")).encode()
-        return model.model_dump_json(exclude=exclude).encode()
+        # The serializer itself: model_dump_json() is a Python wrapper around it.
+        return type(model).__pydantic_serializer__.to_json(model, exclude=exclude)
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         data = stored_event.state
@@ -142,3 +158,62 @@ class PydanticMapper(Mapper[UUID]):
                 f"Cannot rebuild stored event {stored_event.topic} "
                 f"v{stored_event.originator_version} of {stored_event.originator_id}: {error}"
             ) from error
+
+    def event_of_row(
+        self,
+        originator_id: UUID,
+        version: int,
+        topic: str,
+        state: bytes,
+        timestamp_us: int | None = None,
+    ) -> Any:
+        """``to_domain_event`` of a stored row given by its values, the same event, faster
+        for the usual payload: pydantic parses and validates its JSON in one pass (its
+        stream fields spliced in) instead of ``json`` building a dict to validate. A
+        payload that pass does not take as it stands -- an older ``class_version``, an
+        encrypted or compressed one, anything it refuses -- goes the usual way, so the
+        outcome, errors included, is ``to_domain_event``'s. For readers of many rows."""
+        if is_compact(topic):  # format 2: the codec's own decoding (needs the row's time)
+            if timestamp_us is None:
+                raise MapperDeserialisationError(f"{topic} v{version} is read with its time")
+            stored = TimedStoredEvent(
+                originator_id=originator_id, originator_version=version, topic=topic,
+                state=state, timestamp_us=timestamp_us,
+            )  # fmt: skip
+            return self.to_domain_event(stored)
+        cls = self._fast_classes.get(topic, _UNSEEN)
+        if cls is _UNSEEN:
+            cls = self._fast_classes[topic] = self._fast_class(topic)
+        if (
+            cls is not None
+            and not self.cipher
+            and not self.compressor
+            and type(state) is bytes
+            and state[:1] == b"{"
+            and len(state) > 2
+            and b'"originator_' not in state  # would clash with the spliced fields
+        ):
+            last = self._last_id  # rows come session by session: its text once each
+            if last[0] is not originator_id:
+                last = self._last_id = (originator_id, str(originator_id).encode())
+            data = b'{"originator_id":"%s","originator_version":%d,%s' % (
+                last[1], version, state[1:],
+            )  # fmt: skip
+            try:
+                return cls.__pydantic_validator__.validate_json(data)
+            except ValidationError:
+                pass  # the usual way says what is wrong with it
+        stored = TimedStoredEvent(
+            originator_id=originator_id, originator_version=version, topic=topic, state=state
+        )
+        return self.to_domain_event(stored)
+
+    @staticmethod
+    def _fast_class(topic: str) -> type[BaseModel] | None:
+        try:
+            cls = resolve_topic(topic)
+        except Exception:  # the usual way reports an unknown topic
+            return None
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+            return None
+        return cls if getattr(cls, "class_version", 1) == 1 else None

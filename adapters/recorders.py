@@ -50,6 +50,10 @@ class SqlRecorder:
         self.dbapi: Any = engine.dialect.loaded_dbapi
         self._sqlite = SqliteWriter(engine, self._translate) if self.dialect == "sqlite" else None
 
+    def translate(self, error: Exception) -> Exception:
+        """The library's exception for a driver error (``IntegrityError``, ...)."""
+        return self._translate(error)
+
     def _translate(self, error: Exception) -> Exception:
         if isinstance(error, self.dbapi.IntegrityError):
             return IntegrityError(str(error))

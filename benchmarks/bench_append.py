@@ -247,6 +247,12 @@ def paired_ratio(a: Samples, b: Samples) -> float:
     return statistics.median(x / y for x, y in zip(a.ops, b.ops, strict=True))
 
 
+def paired_spread(a: Samples, b: Samples) -> str:
+    """The per-round ratios a/b as median (min-max), the form the docs quote."""
+    ratios = [x / y for x, y in zip(a.ops, b.ops, strict=True)]
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
 def report(level: Level, n: int, results: dict[str, Samples], sessions: int) -> bool:
     """Print the table and the target verdicts; True if every checked target is met."""
     raw = results[RAW]
@@ -274,7 +280,8 @@ def report(level: Level, n: int, results: dict[str, Samples], sessions: int) -> 
     met = ratio >= TARGET_VS_RAW
     ok &= met
     console.print(
-        f"  target ledger/raw >= {TARGET_VS_RAW}: {ratio:.2f}x -> {'MET' if met else 'NOT MET'}",
+        f"  target ledger/raw >= {TARGET_VS_RAW}: {ratio:.2f}x -> {'MET' if met else 'NOT MET'}"
+        f"; per round {paired_spread(ledger, raw)}",
         highlight=False,
     )
     if agents is None:
@@ -289,7 +296,7 @@ def report(level: Level, n: int, results: dict[str, Samples], sessions: int) -> 
         ok &= met
         console.print(
             f"  target ledger/SQLiteSession >= {TARGET_VS_AGENTS}: {ratio:.2f}x -> "
-            f"{'MET' if met else 'NOT MET'}",
+            f"{'MET' if met else 'NOT MET'}; per round {paired_spread(ledger, agents)}",
             highlight=False,
         )
     many = results.get(LEDGER_MANY.format(n=sessions))

@@ -99,7 +99,8 @@ def writer(index: int, url: str, sessions: int, pipe: Connection) -> None:
         actor_role="member", trace_id="", message_count=1, pending_tokens=25, turn_count=1,
         commit_count=0, archive_count=0, last_commit_us=None, status="live", tool_name=None,
         tool_status=None, prompt_tokens=0, completion_tokens=0,
-        summary="user message m1 (25 tokens)", idempotency_key=None,
+        summary="user message m1 (25 tokens)", idempotency_key=None, tool_calls=None,
+        tool_failures=None,
     )  # fmt: skip
     insert = (
         f"INSERT INTO bench_raw ({', '.join(RAW_COLUMNS)}) VALUES (nextval('bench_raw_id'), "

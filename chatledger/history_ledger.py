@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 
 from chatledger.boundary import public, translated_errors
 from chatledger.domain.access import check_principal, target
+from chatledger.domain.failures import InvalidInput
 from chatledger.domain.values import Principal
 from chatledger.ledger_base import LedgerBase
 from chatledger.results import ChainHead, ImportResult, SessionDiff, SessionView, VerifyReport
@@ -63,15 +64,24 @@ class HistoryOperations(LedgerBase):
         *,
         anchors: Iterable[ChainHead] = (),
         account_id: str | None = None,
+        deep: bool = False,
     ) -> VerifyReport:
         """Recompute the hash chains (one session, or every session the principal sees).
 
-        ``anchors`` are heads from an earlier report kept outside the database;
-        each must still be part of its chain, which catches cut-off endings.
+        Checks every stored event's hash, each session's identity, the stored
+        facts naming each event and its session, and the snapshots' versions,
+        at about the cost of reading the rows. ``deep=True`` also replays every
+        session, recomputing every stored fact and comparing every snapshot:
+        facts and snapshots are not hashed, so only this finds them doctored
+        (several times slower). ``anchors`` are heads from an earlier report
+        kept outside the database; each must still be part of its chain, which
+        catches cut-off endings.
         """
         check_principal(principal)
         self.core.check_open()
-        return integrity.verify(self.core.store, principal, key, anchors, account_id)
+        if not isinstance(deep, bool):
+            raise InvalidInput("deep must be True or False.")
+        return integrity.verify(self.core.store, principal, key, anchors, account_id, deep=deep)
 
     def export(self, principal: Principal, key: str | None = None) -> Iterator[str]:
         """Events as self-describing JSON lines (a header line first), with their hashes."""

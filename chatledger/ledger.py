@@ -137,13 +137,16 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations):
         """
         found = self._target(principal, key, account_id)
         now = self.core.now()
-        message = build_message(self.limits, now, role, content, name, tool_call, message_id)
+        limits = self.limits
+        message = build_message(limits, now, role, content, name, tool_call, message_id)
         if expected_version is not None or state or shared_state:
             return self._record(
                 principal, found, [message], now, context, state, shared_state,
                 expected_version, idempotency_key,
             )[0]  # fmt: skip
-        built_context, write_key = build_context(self.limits, context), checked_key(idempotency_key)
+        # (The usual call passes neither: no calls for them on the hot path.)
+        built_context = None if context is None else build_context(limits, context)
+        write_key = None if idempotency_key is None else checked_key(idempotency_key)
         return writes.record_messages(
             self.core.sessions, principal, found, [message], now, built_context, write_key
         )[0]

@@ -198,9 +198,14 @@ class ChainHead(Result):
 
 
 class VerifyReport(Result):
-    """Outcome of recomputing hash chains: ``ok`` when nothing is broken."""
+    """Outcome of recomputing hash chains: ``ok`` when nothing is broken.
+
+    ``deep``: whether every session was also replayed (its stored facts and
+    snapshots compared with the events); without it only the chains, the
+    identities, the naming facts and the snapshot versions were checked."""
 
     ok: bool
+    deep: bool = False
     sessions_checked: int
     events_checked: int
     snapshots_checked: int

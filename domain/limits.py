@@ -73,7 +73,7 @@ def check_text(value: object, what: str, *, max_chars: int) -> str:
         raise InvalidInput(
             f"{what} has {len(value)} characters; the limit is {max_chars}. Shorten it."
         )
-    if has_surrogates(value):
+    if not value.isascii() and has_surrogates(value):  # isascii(): O(1), no scan
         raise InvalidInput(
             f"{what} contains a lone surrogate character (U+D800-U+DFFF), which is not "
             "valid Unicode text and cannot be stored; decode its bytes with errors='replace' "

@@ -237,7 +237,8 @@ class Session(BaseAggregate[UUID]):
             )
 
     def add_message(self, message: Message, *, actor: Principal, timestamp: datetime) -> None:
-        self.restart_if_deleted(None, actor=actor, timestamp=timestamp)
+        if self.deleted:
+            self.restart_if_deleted(None, actor=actor, timestamp=timestamp)
         if message.id in self.buffer:
             raise InvalidInput(
                 f"A message with id {message.id!r} is already in the live buffer; "
@@ -501,8 +502,13 @@ class Session(BaseAggregate[UUID]):
         """
         if self._write_key is not None:
             kwargs["idempotency_key"], self._write_key = self._write_key, None
-        event = event_class(originator_id=self.id, originator_version=self.version + 1, **kwargs)
-        event.mutate(self)
+        version = self._version + 1
+        event = event_class(originator_id=self._id, originator_version=version, **kwargs)
+        # The library's mutate() less its checks, which hold by construction here
+        # (this session's id, the next version).
+        event.apply(self)
+        self._version = version
+        self._modified_on = event.timestamp
         self._pending_events.append(event)
         self._pending_counters.append(self.counters())
 

@@ -6,15 +6,15 @@ event's own timestamp always agree.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def to_micros(moment: datetime) -> int:
     """Microseconds since the epoch (UTC) of an aware datetime."""
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return (moment - _EPOCH) // _MICROSECOND  # timedelta // timedelta: an exact int
 
 
 def from_micros(micros: int) -> datetime:

@@ -82,6 +82,7 @@ class StoredFacts(NamedTuple):
 
 
 FACT_COLUMNS: tuple[str, ...] = StoredFacts._fields
+_make = StoredFacts._make
 
 
 def _count(count: int, noun: str) -> str:
@@ -108,18 +109,19 @@ def stored_facts(
     )  # fmt: skip
     write_key = event.idempotency_key
     line = summarize(event) if summary else ""
+    # _make: a tuple of the fields as it stands (the generated __new__ binds 23 arguments).
     if isinstance(event, UsageImported):
-        return StoredFacts(
+        return _make((
             *head, event.tool_name, "imported", event.prompt_tokens, event.completion_tokens,
             line, write_key, event.call_count, event.fail_count,
-        )  # fmt: skip
+        ))  # fmt: skip
     tool = event.message.tool_call if isinstance(event, MessageAdded) else None
     if tool is None:
-        return StoredFacts(*head, None, None, 0, 0, line, write_key, None, None)
-    return StoredFacts(
+        return _make((*head, None, None, 0, 0, line, write_key, None, None))
+    return _make((
         *head, tool.tool_name, tool.status, tool.prompt_tokens, tool.completion_tokens,
         line, write_key, None, None,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def summarize(event: SessionEvent) -> str:
@@ -128,7 +130,10 @@ def summarize(event: SessionEvent) -> str:
     Control characters (from an error text, say) become spaces: the line is
     kept in a text column, and PostgreSQL refuses NUL there.
     """
-    return printable(_summary(event))
+    text = _summary(event)
+    # isprintable() is False for every control character (and for a few more): a
+    # quick pass for the usual line, the replacing one only where it may change it.
+    return text if text.isprintable() else printable(text)
 
 
 def _summary(event: SessionEvent) -> str:

@@ -144,7 +144,7 @@ def _check_session(ledger: SessionLedger, key: str) -> None:
     except ChatLedgerError:  # never created, or not a valid key: nothing to check
         return
     assert events and events[0].type in ("Started", "Forked")
-    report = ledger.verify(ALICE, key)
+    report = ledger.verify(ALICE, key, deep=True)
     assert report.ok, report.issues
     view = ledger.session(ALICE, key)
     assert view.version == events[-1].version
@@ -177,7 +177,7 @@ def test_arbitrary_calls_raise_only_chatledger_errors_and_keep_the_ledger_sound(
             _check_session(ledger, key)
 
     run()
-    report = ledger.verify(ADMIN)
+    report = ledger.verify(ADMIN, deep=True)
     assert report.ok, report.issues
     lines = list(ledger.export(ADMIN))
     with SessionLedger(f"sqlite:///{tmp_path / 'copy.db'}") as copy:

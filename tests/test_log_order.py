@@ -262,7 +262,7 @@ def _hammer(
     # The read models equal a rebuild, and every chain holds.
     projector.rebuild([m.name for m in READ_MODELS] + [AppliedLog.name], settle=10)
     assert _rows(projector) == incremental
-    report = reader.verify(ADMIN)
+    report = reader.verify(ADMIN, deep=True)
     assert report.ok, report.issues
     assert report.events_checked == len(log)
 

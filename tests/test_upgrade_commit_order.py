@@ -97,7 +97,7 @@ def test_a_ledger_written_before_commit_order_opens_verified_and_unchanged(
 ) -> None:
     """Opening an old ledger upgrades it; every chain verifies and exports as it did."""
     with SessionLedger(old_ledger_url) as ledger:
-        report = ledger.verify(ADMIN)
+        report = ledger.verify(ADMIN, deep=True)
         assert report.ok, report.issues
         assert (report.sessions_checked, report.events_checked) == (4, EVENTS)
         assert report.snapshots_checked > 0

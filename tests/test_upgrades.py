@@ -66,7 +66,7 @@ def old_ledger_url(backend: str, database_url: str, tmp_path: Path) -> Iterator[
 def test_a_0_1_0_database_opens_verifies_and_keeps_working(old_ledger_url: str) -> None:
     """The 0.1.0 database verifies with the current code, reads right, and takes new events."""
     with SessionLedger(old_ledger_url) as ledger:
-        report = ledger.verify(ADMIN)
+        report = ledger.verify(ADMIN, deep=True)
         assert report.ok, report.issues
         assert (report.sessions_checked, report.events_checked) == (3, EVENTS_0_1_0)
         view = ledger.session(ALICE, "ticket-1")

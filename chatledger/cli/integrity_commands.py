@@ -40,17 +40,26 @@ def verify(
     save_anchors: Annotated[
         Path | None, typer.Option("--save-anchors", help="Write the verified heads here.")
     ] = None,
+    deep: Annotated[
+        bool,
+        typer.Option(
+            "--deep", help="Also replay every session: every stored fact and snapshot checked."
+        ),
+    ] = False,
     *,
     call: Invocation,
 ) -> None:
     """Check the hash chains; exit 1 if the stored history was altered.
 
-    Recomputes every chain, snapshot and stored fact. Members verify their
-    account, admins (--admin) every account.
+    Recomputes every chain and checks each session's identity, the facts
+    naming each event and the snapshots' versions; --deep also replays every
+    session, recomputing every stored fact and comparing every snapshot
+    (slower). Members verify their account, admins (--admin) every account.
 
     \b
     Examples:
       chatledger verify --account acme
+      chatledger verify --account acme --deep
       chatledger verify --account acme --save-anchors heads.json
       chatledger verify --account acme --anchors heads.json --json
     """
@@ -67,7 +76,7 @@ def verify(
         except (OSError, ValueError) as error:
             raise InvalidInput(f"Cannot read anchors from {anchors}: {error}") from None
     with call.ledger() as ledger:
-        report = ledger.verify(call.principal, key, anchors=known)
+        report = ledger.verify(call.principal, key, anchors=known, deep=deep)
     if save_anchors is not None and report.ok:
         save_anchors.write_text(
             json.dumps([h.model_dump(mode="json") for h in report.heads], indent=2) + "\n"

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
@@ -50,9 +50,11 @@ class AlreadyRecorded(Exception):
         self.rows = rows
 
 
-@dataclass(frozen=True)
-class Written(Generic[R]):
-    """What a write returned: the change's own result, the events' positions, the session."""
+class Written(NamedTuple, Generic[R]):
+    """What a write returned: the change's own result, the events' positions, the session.
+
+    A named tuple: one is made for every write, and it is cheaper to build than a
+    frozen dataclass."""
 
     outcome: R
     positions: list[int]
@@ -100,6 +102,11 @@ class SessionStore:
     # ------------------------------------------------------------- locking
     def lock(self, sid: UUID) -> _SessionLock:
         """The lock serialising this process's writes and loads of one session."""
+        # A cached session holds its lock: found without the guard (one dict read,
+        # atomic), the common case of every write to a loaded session.
+        entry = self._cache.get(sid.int)
+        if entry is not None and entry[1] is not None:
+            return entry[1]
         with self._locks_guard:
             holder = self._locks.get(sid.int)
             if holder is None:

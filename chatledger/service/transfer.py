@@ -27,7 +27,8 @@ from chatledger.domain.timestamps import from_micros
 from chatledger.domain.values import Principal
 from chatledger.projections.facts import StoredFacts
 from chatledger.results import ImportResult
-from chatledger.service.integrity import Forged, Unreplayable, replay_row, sessions_of
+from chatledger.service.integrity import sessions_of
+from chatledger.service.replay_check import Forged, Unreplayable, replay_row
 
 EXPORT_FORMAT = "chatledger/export"
 EXPORT_FORMAT_VERSION = 2

@@ -36,7 +36,8 @@ def record_messages(
     """Append ``messages`` to the session (started with ``context`` if new), all or none."""
 
     def apply(session: Session) -> list[int]:
-        session.restart_if_deleted(context, actor=principal, timestamp=now)
+        if session.deleted:
+            session.restart_if_deleted(context, actor=principal, timestamp=now)
         versions = []
         for message in messages:
             session.add_message(message, actor=principal, timestamp=now)

@@ -51,8 +51,9 @@ class VerdictCache:
 def verify_session(
     ledger: SessionLedger, principal: Principal, account: str, key: str, cache: VerdictCache
 ) -> Verdict:
-    """Recompute one session's hash chain now (and remember the outcome for its badge)."""
-    report = ledger.verify(principal, key, account_id=account)
+    """Recompute one session's hash chain now, replaying it too (one session: the deep check
+    costs little), and remember the outcome for its badge."""
+    report = ledger.verify(principal, key, account_id=account, deep=True)
     if report.sessions_checked == 0:
         raise UnknownSession(f"No session {key!r} in account {account!r}.")
     issue = report.issues[0] if report.issues else None

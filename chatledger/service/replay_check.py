@@ -1,0 +1,207 @@
+"""The replay check: rebuild a session from its stored events and compare what was stored.
+
+``verify(deep=True)`` and ``import_`` replay every event of a session without
+snapshots: each must decode and apply (``replay_event``), a session's first
+event must name the tenant and key its stream id derives from, each row's
+stored facts must be the facts of its event (``check_replay``), and every
+stored snapshot must be the state replayed up to it. Facts and snapshots are
+not covered by the hash chain, so only this check finds them doctored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from chatledger.adapters.chain import BrokenLink, ChainRow
+from chatledger.adapters.codec import is_compact
+from chatledger.adapters.store import EventStoreApplication
+from chatledger.domain.events import Forked, Started
+from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import InvalidInput
+from chatledger.domain.identity import session_id
+from chatledger.domain.session import Session
+from chatledger.projections.facts import StoredFacts, stored_facts
+
+_FACTS_AT = 7  # where a scanned row's facts start (adapters.chain_scan)
+
+
+class Unreplayable(Exception):
+    """A stored row this version cannot decode or apply (the message says why)."""
+
+
+class Forged(Unreplayable):
+    """A session's first event names a tenant and key (or fork origin) its stream id does not
+    derive from (the message says which)."""
+
+
+def replay_row(
+    store: EventStoreApplication, row: ChainRow, session: Session | None
+) -> tuple[Session, StoredFacts]:
+    """Decode one stored row and apply it to ``session`` (None before a session's first);
+    returns the session after it and the row's facts as the append would have stored them."""
+    return replay_event(
+        store, row.originator_id, row.version, row.topic, row.state, session, row.timestamp_us
+    )
+
+
+def replay_event(
+    store: EventStoreApplication,
+    sid: UUID,
+    version: int,
+    topic: str,
+    state: bytes,
+    session: Session | None,
+    timestamp_us: int | None = None,
+) -> tuple[Session, StoredFacts]:
+    """``replay_row`` of a row given by its values (a row of format 2 needs its time)."""
+    try:
+        event = store.mapper.event_of_row(sid, version, topic, state, timestamp_us)
+        if not isinstance(event, SessionEvent):
+            raise TypeError(f"{topic} is not a session event")
+        replayed = event.mutate(session)
+        if not isinstance(replayed, Session):
+            raise TypeError("the first event does not start a session")
+    except Exception as error:
+        raise Unreplayable(f"{type(error).__name__}: {error}") from error
+    if version == 1:
+        forged = _event_identity_problem(event, sid)
+        if forged is not None:
+            raise Forged(forged)
+    return replayed, stored_facts(
+        event, replayed.tenant, replayed.key, replayed.counters(), summary=not is_compact(topic)
+    )
+
+
+def _event_identity_problem(event: SessionEvent, sid: UUID) -> str | None:
+    if isinstance(event, Forked):
+        return identity_problem(
+            "Forked", sid, event.tenant, event.key, event.origin_key, event.origin_session_id
+        )
+    if isinstance(event, Started):
+        return identity_problem("Started", sid, event.tenant, event.key)
+    return identity_problem(type(event).__name__, sid, None, None)
+
+
+def identity_problem(
+    kind: str,
+    sid: UUID,
+    tenant: str | None,
+    key: str | None,
+    origin_key: str | None = None,
+    origin_id: UUID | None = None,
+) -> str | None:
+    """Why a session's first event -- a ``kind`` naming ``tenant`` and ``key`` (a fork also
+    its origin) -- does not belong under the stream id ``sid``, if it does not.
+
+    A stream id is derived from tenant and key, and a fork names its origin's
+    id, derived from the same tenant and the origin's key: where they do not
+    derive, a key of one tenant would resolve into another tenant's session.
+    """
+    if kind not in ("Started", "Forked"):
+        return f"starts with {kind}, not Started or Forked"
+    if tenant is None or key is None:
+        return f"is a {kind} that names no tenant and key"
+    expected = session_id_of(tenant, key)
+    if expected != sid:
+        return f"names tenant {tenant!r} and key {key!r}, whose stream id is {expected}, not {sid}"
+    if kind == "Forked":
+        origin = None if origin_key is None else session_id_of(tenant, origin_key)
+        if origin is None or origin != origin_id:
+            return (
+                f"is a fork naming origin {origin_id} with key {origin_key!r}, which is "
+                f"not that key's session in tenant {tenant!r}"
+            )
+    return None
+
+
+def session_id_of(tenant: str, key: str) -> UUID | None:
+    """The stream id of ``(tenant, key)``, or ``None`` if they are not valid identifiers."""
+    try:
+        return session_id(tenant, key)
+    except InvalidInput:
+        return None
+
+
+def check_replay(
+    store: EventStoreApplication,
+    sid: UUID,
+    rows: Sequence[tuple[Any, ...]],
+    snapshots: Sequence[tuple[int, str, bytes]] = (),
+) -> BrokenLink | None:
+    """Replay a session's (chain-verified) rows -- tuples as ``adapters.chain_scan`` reads
+    them, with every fact -- and compare: each row's stored facts must be its event's, and
+    each of its stored ``snapshots`` (version, topic, state) the state replayed up to it.
+    Returns the first problem."""
+    stored = {version: (topic, state) for version, topic, state in snapshots}
+    session: Session | None = None
+    for row in rows:
+        _, _, version, topic, state, timestamp_us = row[:6]
+        try:
+            session, expected = replay_event(
+                store, sid, version, topic, state, session, timestamp_us
+            )
+        except Forged as error:
+            return _broken(
+                sid, row, "identity does not derive",
+                "a stream id derived from the session's tenant and key", str(error),
+            )  # fmt: skip
+        except Unreplayable as error:  # a chain-consistent row this version cannot apply
+            return _broken(
+                sid, row, "event cannot be replayed",
+                "an event this chatledger version can apply", str(error),
+            )  # fmt: skip
+        facts = row[_FACTS_AT:]
+        if facts != expected:
+            changed = [
+                name
+                for name, want, got in zip(StoredFacts._fields, expected, facts, strict=False)
+                if want != got
+            ]
+            return _broken(
+                sid, row, "stored facts differ from the event",
+                "facts derived from the verified events",
+                f"edited fact columns: {', '.join(changed) or 'all (none stored)'}",
+            )  # fmt: skip
+        snapshot = stored.get(version)
+        if snapshot is not None:
+            problem = _check_snapshot(store, session, *snapshot)
+            if problem is not None:
+                return problem
+    return None
+
+
+def _check_snapshot(
+    store: EventStoreApplication, session: Session, topic: str, state: bytes
+) -> BrokenLink | None:
+    """A stored snapshot must hold the state replayed up to its version. The same bytes as
+    a snapshot of the replayed session hold it (the usual case, told without decoding
+    them); other bytes are decoded and their state compared."""
+    if store.mapper.to_stored_event(Session.Snapshot.take(session)).state == state:
+        return None
+    sid, version = session.id, session.version
+    try:
+        decoded = store.mapper.event_of_row(sid, version, topic, state)
+    except Exception as error:
+        return BrokenLink(
+            session_id=sid, version=version, position=None,
+            reason="snapshot cannot be decoded",
+            expected="a snapshot this chatledger version can read",
+            found=f"{type(error).__name__}: {error}"[:300],
+        )  # fmt: skip
+    if not decoded.matches(session):
+        return BrokenLink(
+            session_id=sid, version=version, position=None,
+            reason="snapshot differs from replayed events",
+            expected="state replayed from the verified events",
+            found="a different stored snapshot",
+        )  # fmt: skip
+    return None
+
+
+def _broken(sid: UUID, row: tuple[Any, ...], reason: str, expected: str, found: str) -> BrokenLink:
+    return BrokenLink(
+        session_id=sid, version=row[2], position=row[0], reason=reason, expected=expected,
+        found=found[:300],
+    )  # fmt: skip
