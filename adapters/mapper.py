@@ -121,7 +121,8 @@ class PydanticMapper(Mapper[UUID]):
             payload["class_version"] = class_version
             return json.dumps(payload, separators=(",", ":")).encode()
         # The serializer itself: model_dump_json() is a Python wrapper around it.
-        return type(model).__pydantic_serializer__.to_json(model, exclude=exclude)
+        data: bytes = type(model).__pydantic_serializer__.to_json(model, exclude=exclude)
+        return data
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         data = stored_event.state
@@ -160,12 +161,7 @@ class PydanticMapper(Mapper[UUID]):
             ) from error
 
     def event_of_row(
-        self,
-        originator_id: UUID,
-        version: int,
-        topic: str,
-        state: bytes,
-        timestamp_us: int | None = None,
+        self, originator_id: UUID, version: int, topic: str, state: bytes, timestamp_us: int
     ) -> Any:
         """``to_domain_event`` of a stored row given by its values, the same event, faster
         for the usual payload: pydantic parses and validates its JSON in one pass (its
@@ -173,14 +169,13 @@ class PydanticMapper(Mapper[UUID]):
         payload that pass does not take as it stands -- an older ``class_version``, an
         encrypted or compressed one, anything it refuses -- goes the usual way, so the
         outcome, errors included, is ``to_domain_event``'s. For readers of many rows."""
-        if is_compact(topic):  # format 2: the codec's own decoding (needs the row's time)
-            if timestamp_us is None:
-                raise MapperDeserialisationError(f"{topic} v{version} is read with its time")
-            stored = TimedStoredEvent(
-                originator_id=originator_id, originator_version=version, topic=topic,
-                state=state, timestamp_us=timestamp_us,
+        if is_compact(topic):  # format 2 is decoded by the codec, with the row's timestamp
+            return self.to_domain_event(
+                TimedStoredEvent(
+                    originator_id=originator_id, originator_version=version, topic=topic,
+                    state=state, timestamp_us=timestamp_us,
+                )
             )  # fmt: skip
-            return self.to_domain_event(stored)
         cls = self._fast_classes.get(topic, _UNSEEN)
         if cls is _UNSEEN:
             cls = self._fast_classes[topic] = self._fast_class(topic)
@@ -204,8 +199,9 @@ class PydanticMapper(Mapper[UUID]):
             except ValidationError:
                 pass  # the usual way says what is wrong with it
         stored = TimedStoredEvent(
-            originator_id=originator_id, originator_version=version, topic=topic, state=state
-        )
+            originator_id=originator_id, originator_version=version, topic=topic, state=state,
+            timestamp_us=timestamp_us,
+        )  # fmt: skip
         return self.to_domain_event(stored)
 
     @staticmethod

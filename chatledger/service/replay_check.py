@@ -16,6 +16,7 @@ from uuid import UUID
 
 from chatledger.adapters.chain import BrokenLink, ChainRow
 from chatledger.adapters.codec import is_compact
+from chatledger.adapters.mapper import PydanticMapper
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.events import Forked, Started
 from chatledger.domain.eventsourced import SessionEvent
@@ -42,7 +43,7 @@ def replay_row(
     """Decode one stored row and apply it to ``session`` (None before a session's first);
     returns the session after it and the row's facts as the append would have stored them."""
     return replay_event(
-        store, row.originator_id, row.version, row.topic, row.state, session, row.timestamp_us
+        store, row.originator_id, row.version, row.topic, row.state, row.timestamp_us, session
     )
 
 
@@ -52,12 +53,12 @@ def replay_event(
     version: int,
     topic: str,
     state: bytes,
+    timestamp_us: int,
     session: Session | None,
-    timestamp_us: int | None = None,
 ) -> tuple[Session, StoredFacts]:
-    """``replay_row`` of a row given by its values (a row of format 2 needs its time)."""
+    """``replay_row`` of a row given by its values."""
     try:
-        event = store.mapper.event_of_row(sid, version, topic, state, timestamp_us)
+        event = _mapper(store).event_of_row(sid, version, topic, state, timestamp_us)
         if not isinstance(event, SessionEvent):
             raise TypeError(f"{topic} is not a session event")
         replayed = event.mutate(session)
@@ -140,7 +141,7 @@ def check_replay(
         _, _, version, topic, state, timestamp_us = row[:6]
         try:
             session, expected = replay_event(
-                store, sid, version, topic, state, session, timestamp_us
+                store, sid, version, topic, state, timestamp_us, session
             )
         except Forged as error:
             return _broken(
@@ -182,7 +183,7 @@ def _check_snapshot(
         return None
     sid, version = session.id, session.version
     try:
-        decoded = store.mapper.event_of_row(sid, version, topic, state)
+        decoded = _mapper(store).event_of_row(sid, version, topic, state, 0)
     except Exception as error:
         return BrokenLink(
             session_id=sid, version=version, position=None,
@@ -198,6 +199,12 @@ def _check_snapshot(
             found="a different stored snapshot",
         )  # fmt: skip
     return None
+
+
+def _mapper(store: EventStoreApplication) -> PydanticMapper:
+    mapper = store.mapper
+    assert isinstance(mapper, PydanticMapper)
+    return mapper
 
 
 def _broken(sid: UUID, row: tuple[Any, ...], reason: str, expected: str, found: str) -> BrokenLink:
