@@ -38,8 +38,9 @@ def scan_rows(
         params = (originator_id.hex if sqlite else originator_id,)
     sql += " ORDER BY originator_id, originator_version"
     try:
-        connection = recorder.engine.raw_connection()
+        connection: Any = recorder.engine.raw_connection()
         try:
+            cursor: Any
             if sqlite:
                 connection.execute("BEGIN")  # one snapshot of the database for the whole read
                 cursor = connection.cursor()
@@ -48,7 +49,7 @@ def scan_rows(
                 cursor.itersize = _BATCH
             cursor.execute(sql, params)
             while rows := cursor.fetchmany(_BATCH):
-                yield rows
+                yield rows  # a list of tuples, from either driver
             cursor.close()
         finally:
             connection.rollback()
@@ -72,7 +73,7 @@ def snapshot_versions(
     sql += " ORDER BY originator_id, originator_version"
     found: dict[UUID, list[int]] = {}
     try:
-        connection = recorder.engine.raw_connection()
+        connection: Any = recorder.engine.raw_connection()
         try:
             cursor = connection.cursor()
             cursor.execute(sql, params)

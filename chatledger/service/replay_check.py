@@ -15,6 +15,7 @@ from typing import Any
 from uuid import UUID
 
 from chatledger.adapters.chain import BrokenLink, ChainRow
+from chatledger.adapters.mapper import PydanticMapper
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.events import Forked, Started
 from chatledger.domain.eventsourced import SessionEvent
@@ -53,7 +54,7 @@ def replay_event(
 ) -> tuple[Session, StoredFacts]:
     """``replay_row`` of a row given by its values."""
     try:
-        event = store.mapper.event_of_row(sid, version, topic, state)
+        event = _mapper(store).event_of_row(sid, version, topic, state)
         if not isinstance(event, SessionEvent):
             raise TypeError(f"{topic} is not a session event")
         replayed = event.mutate(session)
@@ -174,7 +175,7 @@ def _check_snapshot(
         return None
     sid, version = session.id, session.version
     try:
-        decoded = store.mapper.event_of_row(sid, version, topic, state)
+        decoded = _mapper(store).event_of_row(sid, version, topic, state)
     except Exception as error:
         return BrokenLink(
             session_id=sid, version=version, position=None,
@@ -190,6 +191,12 @@ def _check_snapshot(
             found="a different stored snapshot",
         )  # fmt: skip
     return None
+
+
+def _mapper(store: EventStoreApplication) -> PydanticMapper:
+    mapper = store.mapper
+    assert isinstance(mapper, PydanticMapper)  # what the store constructs
+    return mapper
 
 
 def _broken(sid: UUID, row: tuple[Any, ...], reason: str, expected: str, found: str) -> BrokenLink:
