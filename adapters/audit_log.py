@@ -9,6 +9,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, select
 
+from chatledger.adapters.codec import PAYLOAD_COLUMNS, add_summaries
 from chatledger.adapters.schema import events_table, orders_by_transaction
 
 
@@ -48,6 +49,8 @@ def query_audit(
         t.c.trace_id,
         t.c.timestamp_us,
         t.c.summary,
+        t.c.topic.label(PAYLOAD_COLUMNS[0]),
+        t.c.state.label(PAYLOAD_COLUMNS[1]),
     )
     if session_id is not None:
         query = query.where(t.c.originator_id == session_id)
@@ -68,4 +71,4 @@ def query_audit(
         query = query.where(t.c.event_type.in_(list(types)))
     order = (t.c.tx_id, t.c.id) if orders_by_transaction(connection.dialect.name) else (t.c.id,)
     rows = connection.execute(query.order_by(*order).limit(limit).offset(offset))
-    return [dict(row) for row in rows.mappings()]
+    return add_summaries([dict(row) for row in rows.mappings()])

@@ -45,7 +45,8 @@ def scan_rows(
                 connection.execute("BEGIN")  # one snapshot of the database for the whole read
                 cursor = connection.cursor()
             else:
-                cursor = connection.dbapi_connection.cursor(name="chatledger_verify")
+                dbapi: Any = connection.dbapi_connection
+                cursor = dbapi.cursor(name="chatledger_verify")
                 cursor.itersize = _BATCH
             cursor.execute(sql, params)
             while rows := cursor.fetchmany(_BATCH):

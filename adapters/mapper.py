@@ -6,6 +6,11 @@ pydantic's JSON encoder and rebuilds through the model, running the
 ``class_version`` / ``upcast_vN_vN+1`` convention on older records (which the
 documented pydantic mapper recipe does not). The stored event also carries the
 event's timestamp in its own column, so "as of time T" needs no decoding.
+
+Session events are written in the compact stored form of
+``chatledger.adapters.codec`` (format 2); rows written before it (a module
+path as topic) and snapshots keep the pydantic JSON form (format 1), and
+both are read.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from eventsourcing.persistence import (
     Compressor,
     Mapper,
     MapperDeserialisationError,
+    Notification,
     StoredEvent,
     Transcoder,
 )
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
+from chatledger.adapters.codec import EVENTS_BY_NAME, decode, encode, is_compact
 from chatledger.domain.timestamps import to_micros
 
 _new_stored = object.__new__
@@ -43,6 +50,13 @@ class TimedStoredEvent(StoredEvent):
 
     timestamp_us: int = 0
     facts: tuple[object, ...] | None = None  # StoredFacts, set by the application on append
+
+
+@dataclass(frozen=True)
+class TimedNotification(Notification):
+    """A row of the library's notification log that also knows when it happened."""
+
+    timestamp_us: int = 0
 
 
 class JSONBytesTranscoder(Transcoder):
@@ -73,19 +87,10 @@ class PydanticMapper(Mapper[UUID]):
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         model: BaseModel = domain_event
         cls = type(model)
-        class_version: int = getattr(cls, "class_version", 1)
-        exclude = (
-            _UNKEYED_FIELDS
-            if getattr(model, "idempotency_key", None) is None
-            else _ORIGINATOR_FIELDS
-        )
-        if class_version > 1:
-            payload = model.model_dump(mode="json", exclude=exclude)
-            payload["class_version"] = class_version
-            data = json.dumps(payload, separators=(",", ":")).encode()
+        if EVENTS_BY_NAME.get(cls.__name__) is cls:
+            topic, data = encode(domain_event)
         else:
-            # The serializer itself: model_dump_json() is a Python wrapper around it.
-            data = cls.__pydantic_serializer__.to_json(model, exclude=exclude)
+            topic, data = get_topic(cls), self._format_1(model)
         if self.compressor:
             data = self.compressor.compress(data)
         if self.cipher:
@@ -96,11 +101,28 @@ class PydanticMapper(Mapper[UUID]):
         stored.__dict__.update(
             originator_id=domain_event.originator_id,
             originator_version=domain_event.originator_version,
-            topic=get_topic(cls),
+            topic=topic,
             state=data,
             timestamp_us=to_micros(domain_event.timestamp),
         )
         return stored
+
+    @staticmethod
+    def _format_1(model: BaseModel) -> bytes:
+        """The pydantic JSON form: every field but the ids (snapshots, and rows before 0006)."""
+        class_version: int = getattr(type(model), "class_version", 1)
+        exclude = (
+            _UNKEYED_FIELDS
+            if getattr(model, "idempotency_key", None) is None
+            else _ORIGINATOR_FIELDS
+        )
+        if class_version > 1:
+            payload = model.model_dump(mode="json", exclude=exclude)
+            payload["class_version"] = class_version
+            return json.dumps(payload, separators=(",", ":")).encode()
+        # The serializer itself: model_dump_json() is a Python wrapper around it.
+        data: bytes = type(model).__pydantic_serializer__.to_json(model, exclude=exclude)
+        return data
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         data = stored_event.state
@@ -109,6 +131,17 @@ class PydanticMapper(Mapper[UUID]):
                 data = self.cipher.decrypt(data)
             if self.compressor:
                 data = self.compressor.decompress(data)
+            originator_id = stored_event.originator_id
+            if not isinstance(originator_id, UUID):
+                originator_id = UUID(str(originator_id))
+            if is_compact(stored_event.topic):
+                timestamp_us = getattr(stored_event, "timestamp_us", None)
+                if timestamp_us is None:
+                    raise ValueError("a row of format 2 is read with its timestamp_us")
+                return decode(
+                    stored_event.topic, data, originator_id,
+                    stored_event.originator_version, timestamp_us,
+                )  # fmt: skip
             state: dict[str, Any] = _decode_json(data.decode())
             cls = resolve_topic(stored_event.topic)
             from_version = state.pop("class_version", 1)
@@ -116,9 +149,6 @@ class PydanticMapper(Mapper[UUID]):
             while from_version < class_version:
                 getattr(cls, f"upcast_v{from_version}_v{from_version + 1}")(state)
                 from_version += 1
-            originator_id = stored_event.originator_id
-            if not isinstance(originator_id, UUID):
-                originator_id = UUID(str(originator_id))
             return cls(
                 originator_id=originator_id,
                 originator_version=stored_event.originator_version,
@@ -130,13 +160,22 @@ class PydanticMapper(Mapper[UUID]):
                 f"v{stored_event.originator_version} of {stored_event.originator_id}: {error}"
             ) from error
 
-    def event_of_row(self, originator_id: UUID, version: int, topic: str, state: bytes) -> Any:
+    def event_of_row(
+        self, originator_id: UUID, version: int, topic: str, state: bytes, timestamp_us: int
+    ) -> Any:
         """``to_domain_event`` of a stored row given by its values, the same event, faster
         for the usual payload: pydantic parses and validates its JSON in one pass (its
         stream fields spliced in) instead of ``json`` building a dict to validate. A
         payload that pass does not take as it stands -- an older ``class_version``, an
         encrypted or compressed one, anything it refuses -- goes the usual way, so the
         outcome, errors included, is ``to_domain_event``'s. For readers of many rows."""
+        if is_compact(topic):  # format 2 is decoded by the codec, with the row's timestamp
+            return self.to_domain_event(
+                TimedStoredEvent(
+                    originator_id=originator_id, originator_version=version, topic=topic,
+                    state=state, timestamp_us=timestamp_us,
+                )
+            )  # fmt: skip
         cls = self._fast_classes.get(topic, _UNSEEN)
         if cls is _UNSEEN:
             cls = self._fast_classes[topic] = self._fast_class(topic)
@@ -160,8 +199,9 @@ class PydanticMapper(Mapper[UUID]):
             except ValidationError:
                 pass  # the usual way says what is wrong with it
         stored = TimedStoredEvent(
-            originator_id=originator_id, originator_version=version, topic=topic, state=state
-        )
+            originator_id=originator_id, originator_version=version, topic=topic, state=state,
+            timestamp_us=timestamp_us,
+        )  # fmt: skip
         return self.to_domain_event(stored)
 
     @staticmethod

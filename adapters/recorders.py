@@ -32,7 +32,7 @@ from sqlalchemy import Engine, Table, Text, func, select, type_coerce
 from chatledger.adapters.append_postgres import PostgresAppender
 from chatledger.adapters.append_sqlite import SqliteAppender, SqliteWriter
 from chatledger.adapters.chain import ChainRow, stored_chain_row
-from chatledger.adapters.mapper import TimedStoredEvent
+from chatledger.adapters.mapper import TimedNotification, TimedStoredEvent
 from chatledger.adapters.schema import position_sequence
 from chatledger.adapters.store_errors import OutcomeUnknown
 from chatledger.projections.facts import FACT_COLUMNS, StoredFacts
@@ -146,6 +146,10 @@ class SqlRecorder:
         return OperationalError(str(error))
 
 
+StreamRow = tuple[int, str, bytes, int]
+"""A stored event as the load path reads it: (version, topic, state, timestamp_us)."""
+
+
 class KeyedRow(NamedTuple):
     """A stored event of a write made with an idempotency key, with what a retry returns."""
 
@@ -251,6 +255,50 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         except Exception as error:
             raise self._translate_any(error) from error
 
+    def stream(
+        self,
+        originator_id: UUID,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        versions: Sequence[int] | None = None,
+        types: Sequence[str] | None = None,
+    ) -> list[StreamRow]:
+        """One session's rows (after ``gt``, up to ``lte``, just ``versions``, of ``types``)
+        in version order, as the driver returns them: the load path's read, with no object
+        built per row beyond the driver's own tuple."""
+        mark = "?" if self.dialect == "sqlite" else "%s"
+        sql = (
+            f"SELECT originator_version, topic, state, timestamp_us FROM {self.table.name} "
+            f"WHERE originator_id = {mark}"
+        )
+        params: list[Any] = [originator_id.hex if self.dialect == "sqlite" else originator_id]
+        if gt is not None:
+            sql += f" AND originator_version > {mark}"
+            params.append(gt)
+        if lte is not None:
+            sql += f" AND originator_version <= {mark}"
+            params.append(lte)
+        if versions is not None:
+            sql += f" AND originator_version IN ({', '.join([mark] * len(versions))})"
+            params.extend(versions)
+        if types is not None:
+            sql += f" AND event_type IN ({', '.join([mark] * len(types))})"
+            params.extend(types)
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql + " ORDER BY originator_version", params)
+                rows: list[StreamRow] = list(cursor.fetchall())
+            finally:
+                cursor.close()
+        except self.dbapi.Error as error:
+            raise self._translate(error) from error
+        finally:
+            connection.close()
+        return rows
+
     def keyed_rows(self, originator_id: UUID, key: str, limit: int) -> list[KeyedRow]:
         """The write made with idempotency ``key`` in the session: its first event and up to
         ``limit - 1`` after it, in version order; empty if no such write was recorded."""
@@ -322,7 +370,10 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         follows ``chatledger.adapters.sql_projector.EventLog`` instead.
         """
         t = self.table
-        query = select(t.c.id, t.c.originator_id, t.c.originator_version, t.c.topic, t.c.state)
+        query = select(
+            t.c.id, t.c.originator_id, t.c.originator_version, t.c.topic, t.c.state,
+            t.c.timestamp_us,
+        )  # fmt: skip
         if start is not None:
             query = query.where(t.c.id >= start if inclusive_of_start else t.c.id > start)
         if stop is not None:
@@ -336,14 +387,15 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         except Exception as error:
             raise self._translate_any(error) from error
         return [
-            Notification(
+            TimedNotification(
                 id=int(nid),
                 originator_id=oid,
                 originator_version=int(version),
                 topic=topic,
                 state=bytes(state),
+                timestamp_us=int(timestamp_us),
             )
-            for nid, oid, version, topic, state in rows
+            for nid, oid, version, topic, state, timestamp_us in rows
         ]
 
     def max_notification_id(self) -> int | None:

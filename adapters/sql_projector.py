@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Mapper, Notification
+from eventsourcing.persistence import Mapper
 from eventsourcing.utils import get_topic
 from sqlalchemy import (
     ColumnElement,
@@ -57,6 +57,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.append_postgres import append_channel
 from chatledger.adapters.database import is_environmental
+from chatledger.adapters.mapper import TimedStoredEvent
 from chatledger.adapters.schema import (
     CARRIES_ARCHIVES,
     LOG_START,
@@ -87,7 +88,10 @@ logger = logging.getLogger("chatledger.projector")
 Progress = Callable[[int, int], None]
 """Called after each batch with (events processed so far, log head at start)."""
 
-_TYPE_BY_TOPIC = {get_topic(cls): cls.__name__ for cls in EVENT_TYPES}
+# Rows of format 1 name their type by module path, rows of format 2 by its name.
+_TYPE_BY_TOPIC = {get_topic(cls): cls.__name__ for cls in EVENT_TYPES} | {
+    cls.__name__: cls.__name__ for cls in EVENT_TYPES
+}
 _decode_json = json.JSONDecoder().decode
 _DDL_LOCK_KEY = 7366524412
 RETIRED_TABLES: dict[str, tuple[str, ...]] = {
@@ -268,7 +272,7 @@ class EventLog:
         query = (
             select(
                 t.c.id, t.c.originator_id, t.c.originator_version, t.c.topic, t.c.state,
-                t.c.tenant, t.c.session_key,
+                t.c.tenant, t.c.session_key, t.c.timestamp_us,
             )
             # Spelled as the partial index's condition, so the index serves it.
             .where(*within, text(CARRIES_ARCHIVES))
@@ -287,6 +291,7 @@ class EventLog:
         state: bytes,
         tenant: str,
         key: str,
+        timestamp_us: int,
     ) -> ArchiveEvent:
         type_name = _TYPE_BY_TOPIC.get(topic)
         if self._fast and type_name is not None:
@@ -298,15 +303,15 @@ class EventLog:
                     )
             except (KeyError, TypeError, ValueError):
                 pass  # not the format this version writes: let the mapper decide
-        notification = Notification(
-            id=position,
+        stored = TimedStoredEvent(
             originator_id=oid,
             originator_version=version,
             topic=topic,
             state=bytes(state),
+            timestamp_us=timestamp_us,
         )
         try:
-            event = self.mapper.to_domain_event(notification)
+            event = self.mapper.to_domain_event(stored)
             if not isinstance(event, SessionEvent):
                 raise TypeError("not a session event")
             return archive_event_from_event(event, position, tenant, key)

@@ -4,6 +4,14 @@ Builds the recorders on the engine the composition root chose, encodes
 session events through chatledger's mapper (refusing any that could not be
 kept), records a session's pending events in one transaction, snapshots, and
 loads a session from its newest usable snapshot and the events after it.
+
+Loading reads a session's rows straight from the driver and replays each run
+of consecutive messages in one step (``codec.trusted_messages``,
+``Session.replay_messages``): messages were validated before they were
+written and their hash chain vouches for the bytes, so a long live buffer is
+not validated again event by event. Every other event is decoded and
+validated as before; ``trusted=False`` validates everything (the tests hold
+both paths equal).
 """
 
 from __future__ import annotations
@@ -28,14 +36,21 @@ from eventsourcing.utils import Environment
 from pydantic_core import PydanticSerializationError
 from sqlalchemy import Engine
 
-from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper
-from chatledger.adapters.recorders import SqlEventRecorder, SqlRecorder, SqlSnapshotRecorder
+from chatledger.adapters.codec import trusted_messages, without_cyclic_gc
+from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
+from chatledger.adapters.recorders import (
+    SqlEventRecorder,
+    SqlRecorder,
+    SqlSnapshotRecorder,
+    StreamRow,
+)
 from chatledger.adapters.schema import events_table, snapshots_table
 from chatledger.domain.events import MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
-from chatledger.domain.session import Session, replay
+from chatledger.domain.session import Session
+from chatledger.domain.timestamps import from_micros
 from chatledger.projections.facts import stored_facts
 
 logger = logging.getLogger("chatledger.store")
@@ -167,7 +182,7 @@ class EventStoreApplication(Application[UUID]):
         """
         try:
             row = self.mapper.to_stored_event(event)
-        except PydanticSerializationError as error:
+        except (PydanticSerializationError, ValueError, TypeError) as error:
             raise InvalidInput(
                 f"{type(event).__name__} cannot be serialised ({error}); nothing was recorded."
             ) from None
@@ -195,14 +210,17 @@ class EventStoreApplication(Application[UUID]):
         assert isinstance(recorder, SqlSnapshotRecorder)
         return recorder
 
-    def load(self, session_id: UUID, version: int | None = None) -> Session:
+    def load(
+        self, session_id: UUID, version: int | None = None, *, trusted: bool = True
+    ) -> Session:
         """A session from its newest snapshot (at or before ``version``) and later events.
 
         A snapshot is trusted only as a shortcut: its own version must still be
         in the stream (one from beyond the last event would make every later
-        write conflict) and it must decode; otherwise the session is replayed
-        from its first event and the snapshot is reported in the log. Raises the
-        library's ``AggregateNotFoundError`` for an unknown id.
+        write conflict), it must decode and the events recording its archives
+        must be there; otherwise the session is replayed from its first event
+        and the snapshot is reported in the log. Raises the library's
+        ``AggregateNotFoundError`` for an unknown id.
         """
         session: Session | None = None
         start = 0
@@ -211,7 +229,7 @@ class EventStoreApplication(Application[UUID]):
             snapshot = newest[0]
             try:
                 decoded: Any = self.mapper.to_domain_event(snapshot)  # a Session.Snapshot
-                session = decoded.mutate(None)
+                session = self._rebuild(session_id, decoded)
                 start = snapshot.originator_version - 1  # read its own event too: is it there?
             except Exception as error:  # any decoding problem: replay instead
                 logger.warning(
@@ -220,22 +238,110 @@ class EventStoreApplication(Application[UUID]):
                     session_id, snapshot.originator_version, error,
                 )  # fmt: skip
                 session = None
-        rows = self.event_recorder.select_events(session_id, gt=start or None, lte=version)
+        rows = self.event_recorder.stream(session_id, gt=start or None, lte=version)
         if session is not None:
-            if not rows or rows[0].originator_version != session.version:
+            if not rows or rows[0][0] != session.version:
                 logger.warning(
                     "Snapshot of session %s at version %d is past its last event; replaying "
                     "its events instead. verify() reports it.",
                     session_id, session.version,
                 )  # fmt: skip
                 session = None
-                rows = self.event_recorder.select_events(session_id, lte=version)
+                rows = self.event_recorder.stream(session_id, lte=version)
             else:
                 rows = rows[1:]
-        loaded = replay(session, (self.mapper.to_domain_event(row) for row in rows))
+        loaded = self.replay_rows(session_id, session, rows, trusted=trusted)
         if loaded is None:
             raise AggregateNotFoundError(f"No session with id {session_id}")
         return loaded
+
+    def fast_forward(self, session: Session) -> None:
+        """Apply the events recorded after ``session``'s version (by other writers)."""
+        self.replay_rows(
+            session.id, session, self.event_recorder.stream(session.id, gt=session.version)
+        )
+
+    def _rebuild(self, session_id: UUID, snapshot: Any) -> Session:
+        """The session of a decoded snapshot, its archives read from the events recording them."""
+        recorded: dict[int, Any] = {}
+        versions = snapshot.archive_versions()
+        if versions:
+            for row in self.event_recorder.stream(session_id, versions=versions):
+                recorded[row[0]] = self._decode(session_id, row)
+        rebuilt: Session = snapshot.rebuild(recorded)
+        if rebuilt.archive_refs is None and rebuilt.archives:
+            rebuilt.archive_refs = self._find_refs(session_id, rebuilt)
+        return rebuilt
+
+    def _find_refs(self, session_id: UUID, session: Session) -> list[tuple[int, int]] | None:
+        """Where the live archives of a session rebuilt from an old snapshot (which embedded
+        them) were recorded, so that its next snapshot references them; None if not found."""
+        where: dict[str, tuple[int, int]] = {}
+        rows = self.event_recorder.stream(
+            session_id, lte=session.version, types=("Committed", "ArchiveMerged", "Forked")
+        )
+        for row in rows:
+            event = self._decode(session_id, row)
+            archives = getattr(event, "archives", None) or (event.archive,)
+            for index, archive in enumerate(archives):
+                where[archive.archive_id] = (row[0], index)
+        found = [where.get(archive.archive_id) for archive in session.archives]
+        return None if None in found else found  # type: ignore[return-value]
+
+    def _decode(self, session_id: UUID, row: StreamRow) -> Any:
+        version, topic, state, timestamp_us = row
+        return self.mapper.to_domain_event(
+            TimedStoredEvent(
+                originator_id=session_id,
+                originator_version=version,
+                topic=topic,
+                state=bytes(state),
+                timestamp_us=timestamp_us,
+            )
+        )
+
+    def replay_rows(
+        self,
+        session_id: UUID,
+        session: Session | None,
+        rows: Sequence[StreamRow],
+        *,
+        trusted: bool = True,
+    ) -> Session | None:
+        """``session`` (None before the first event) after the stored ``rows``, in order.
+
+        With ``trusted`` each run of consecutive messages is read and applied in
+        one step; anything that run cannot take (a gap, a payload that is not
+        JSON) goes through the validated path, which reports it.
+        """
+        count = len(rows)
+        i = 0
+        while i < count:
+            end = i
+            if trusted and session is not None:
+                while end < count and rows[end][1] == "MessageAdded":
+                    end += 1
+            if end - i > 1 and self._replay_messages(session, rows[i:end]):
+                i = end
+                continue
+            for row in rows[i : max(end, i + 1)]:
+                session = self._decode(session_id, row).mutate(session)
+            i = max(end, i + 1)
+        return session
+
+    @staticmethod
+    def _replay_messages(session: Session | None, run: Sequence[StreamRow]) -> bool:
+        """Apply a run of stored messages at once, if it continues ``session`` without gaps."""
+        first, last = run[0], run[-1]
+        if session is None or first[0] != session.version + 1 or last[0] != first[0] + len(run) - 1:
+            return False
+        with without_cyclic_gc():
+            try:
+                messages = trusted_messages([row[2] for row in run], [row[3] for row in run])
+            except (ValueError, KeyError, TypeError):
+                return False
+            session.replay_messages(messages, last[0], from_micros(last[3]))
+        return True
 
     def snapshot_rows(self, session_id: UUID) -> Sequence[StoredEvent]:
         """A session's stored snapshots, undecoded, oldest first (for verification)."""

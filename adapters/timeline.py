@@ -15,6 +15,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, select, text
 
+from chatledger.adapters.codec import PAYLOAD_COLUMNS, add_summaries
 from chatledger.adapters.schema import events_table
 
 _t = events_table
@@ -43,6 +44,8 @@ _COLUMNS = (
     _t.c.tool_status,
     _t.c.prompt_tokens,
     _t.c.completion_tokens,
+    _t.c.topic.label(PAYLOAD_COLUMNS[0]),
+    _t.c.state.label(PAYLOAD_COLUMNS[1]),
 )
 
 
@@ -66,7 +69,7 @@ def query_timeline(
         query = query.where(_t.c.originator_version < before_version)
     version = _t.c.originator_version
     query = query.order_by(version.desc() if newest else version.asc()).limit(limit)
-    rows = [dict(row) for row in connection.execute(query).mappings()]
+    rows = add_summaries([dict(row) for row in connection.execute(query).mappings()])
     if newest:
         rows.reverse()
     return rows
@@ -81,7 +84,7 @@ def query_versions(
         .where(_t.c.originator_id == session_id, _t.c.originator_version.in_(list(versions)))
         .order_by(_t.c.originator_version)
     )
-    return [dict(row) for row in connection.execute(query).mappings()]
+    return add_summaries([dict(row) for row in connection.execute(query).mappings()])
 
 
 def query_head_version(connection: Connection, *, session_id: UUID) -> int | None:

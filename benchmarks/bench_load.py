@@ -1,4 +1,7 @@
-"""Cold load time of a long session (default 100,000 events) vs a short one (100 events).
+"""Cold loads: a long committed session vs a short one, and cold reads vs SQLiteSession.
+
+Part 1 (``--mode load``): cold load time of a long session (default 100,000
+events) vs a short one (100 events).
 
 What it measures: both sessions live in one SQLite file. Each timed load opens
 a NEW ``SessionLedger`` (so nothing is in its in-process cache; the OS page
@@ -16,9 +19,27 @@ version is exactly ``--events``. Snapshots are taken every ``--snapshot-interval
 events (default 200). The build time and the version actually recorded are
 printed, with the size of the oldest live archive (it must stay bounded).
 
+Part 2 (``--mode reads``): cold reads of long UNCOMMITTED sessions (``--sizes``,
+default 10,000 and 100,000 messages of ``content(i)``, written 20 per call),
+each also written to openai-agents' ``SQLiteSession`` under the same key.
+Each round times, in a rotated order, on a new object per read (built outside
+the timer, so only the read is timed; the OS page cache stays warm):
+
+* ``get_items`` (the baseline): ``SQLiteSession(key, file).get_items()``, all items.
+* ``raw``: a new sqlite3 connection, ``SELECT state`` of the session's rows in
+  version order and ``json.loads`` of each (the same rows the ledger reads).
+* ``context()``: ``SessionLedger(url).context(p, key)`` (default token budget).
+* ``items()``: ``SessionLedger(url).items(p, key)``, every live item.
+
+It prints medians and min-max, each ledger read over ``get_items`` and over
+``raw``, and the growth from the smallest size to the largest next to the raw
+read's. Targets: cold ``context()`` <= 1.0x ``get_items``, and growth no worse
+than raw's.
+
 Run::
 
-    python benchmarks/bench_load.py                         # 100k events (slow build)
+    python benchmarks/bench_load.py                         # both parts (slow builds)
+    python benchmarks/bench_load.py --mode reads --rounds 7  # cold reads only
     python benchmarks/bench_load.py --events 5000 --loads 5   # quick, CI-sized
     python benchmarks/bench_load.py --keep /tmp/bench-load    # reuse the built database
 """
@@ -26,6 +47,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import shutil
@@ -36,6 +58,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from common import console, provenance
 from rich.table import Table
@@ -203,6 +226,142 @@ def spread(values: list[float]) -> float:
     return q3 - q1
 
 
+# ------------------------------------------------------------------ cold reads
+READ_KEY = "conv-3f9c2a1e-8b7d-4c6e-9a5f-1d2e3c4b5a69"
+GET_ITEMS = "get_items"
+RAW = "raw"
+CONTEXT = "context()"
+ITEMS = "items()"
+
+
+def build_reads(directory: Path, sizes: list[int]) -> None:
+    """One ledger file and one SQLiteSession file per size, holding the same messages."""
+    from agents.memory import SQLiteSession
+
+    for size in sizes:
+        ledger_path, agents_path = directory / f"reads-{size}.db", directory / f"agents-{size}.db"
+        for stale in [
+            *directory.glob(ledger_path.name + "*"),
+            *directory.glob(agents_path.name + "*"),
+        ]:
+            stale.unlink()
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": content(i)}
+                for i in range(size)]  # fmt: skip
+        start = time.perf_counter()
+        with SessionLedger(f"sqlite:///{ledger_path}", sqlite_synchronous="normal") as ledger:
+            for first in range(0, size, 20):
+                ledger.add_messages(PRINCIPAL, READ_KEY, msgs[first : first + 20])
+
+        asyncio.run(write_agents(SQLiteSession(READ_KEY, agents_path), msgs))
+        console.print(
+            f"  built {size:,} messages in both stores in {time.perf_counter() - start:,.1f} s",
+            highlight=False,
+        )
+
+
+async def write_agents(session: Any, msgs: list[dict[str, str]]) -> None:
+    try:
+        for first in range(0, len(msgs), 20):
+            await session.add_items(msgs[first : first + 20])
+    finally:
+        session.close()
+
+
+def read_once(directory: Path, size: int, contender: str) -> float:
+    """One cold read; only the read itself is timed."""
+    from agents.memory import SQLiteSession
+
+    path = directory / f"reads-{size}.db"
+    gc.collect()
+    if contender == GET_ITEMS:
+        session = SQLiteSession(READ_KEY, directory / f"agents-{size}.db")
+        try:
+            start = time.perf_counter()
+            found = len(asyncio.run(session.get_items()))
+            elapsed = time.perf_counter() - start
+        finally:
+            session.close()
+    elif contender == RAW:
+        connection = sqlite3.connect(path)
+        try:
+            (sid,) = connection.execute(
+                "SELECT originator_id FROM chatledger_events WHERE originator_version = 1"
+            ).fetchone()
+            start = time.perf_counter()
+            rows = connection.execute(
+                "SELECT state FROM chatledger_events WHERE originator_id = ? "
+                "ORDER BY originator_version",
+                (sid,),
+            ).fetchall()
+            found = len([json.loads(state) for (state,) in rows]) - 1  # less Started
+            elapsed = time.perf_counter() - start
+        finally:
+            connection.close()
+    else:
+        ledger = SessionLedger(f"sqlite:///{path}", create_tables=False)
+        try:
+            start = time.perf_counter()
+            if contender == CONTEXT:
+                found = len(ledger.context(PRINCIPAL, READ_KEY).messages)
+            else:
+                found = len(ledger.items(PRINCIPAL, READ_KEY))
+            elapsed = time.perf_counter() - start
+        finally:
+            ledger.close()
+    if contender != CONTEXT and found != size:
+        raise RuntimeError(f"{contender} read {found} items of {size}")
+    return elapsed
+
+
+def run_reads(directory: Path, sizes: list[int], rounds: int, *, reuse: bool) -> bool:
+    if not (reuse and all((directory / f"reads-{n}.db").exists() for n in sizes)):
+        console.print(f"building the cold-read sessions in {directory} ...", highlight=False)
+        build_reads(directory, sizes)
+    contenders = [GET_ITEMS, RAW, CONTEXT, ITEMS]
+    times = {(size, c): [] for size in sizes for c in contenders}  # type: dict[tuple[int, str], list[float]]
+    for size in sizes:
+        for c in contenders:
+            read_once(directory, size, c)  # warm-up
+    for r in range(rounds):
+        for size in sizes:
+            shift = r % len(contenders)
+            for c in contenders[shift:] + contenders[:shift]:
+                times[size, c].append(read_once(directory, size, c))
+    table = Table(title=f"cold reads of an uncommitted session, {rounds} rounds")
+    for column in ("messages", "read", "median ms", "min-max ms", "x get_items", "x raw"):
+        table.add_column(column, justify="right" if column != "read" else "left")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for size in sizes:
+        for c in contenders:
+            values = times[size, c]
+            table.add_row(
+                f"{size:,}", c, f"{med[size, c] * 1e3:,.1f}",
+                f"{min(values) * 1e3:,.1f}-{max(values) * 1e3:,.1f}",
+                f"{med[size, c] / med[size, GET_ITEMS]:.2f}x",
+                f"{med[size, c] / med[size, RAW]:.2f}x",
+            )  # fmt: skip
+    console.print(table)
+    met = True
+    largest, smallest = max(sizes), min(sizes)
+    for c in (CONTEXT, ITEMS):
+        ratio = med[largest, c] / med[largest, GET_ITEMS]
+        paired = statistics.median(
+            a / b for a, b in zip(times[largest, c], times[largest, GET_ITEMS], strict=True)
+        )
+        line = f"  {c} at {largest:,}: {ratio:.2f}x get_items (paired {paired:.2f}x)"
+        if len(sizes) > 1:
+            growth = med[largest, c] / med[smallest, c]
+            raw_growth = med[largest, RAW] / med[smallest, RAW]
+            line += f"; growth {smallest:,}->{largest:,}: {growth:.1f}x (raw {raw_growth:.1f}x)"
+            if c == CONTEXT:
+                met = met and growth <= raw_growth
+        if c == CONTEXT:
+            met = met and ratio <= 1.0
+            line += f"; target <= 1.0x get_items, growth <= raw: {'MET' if met else 'NOT MET'}"
+        console.print(line, highlight=False)
+    return met
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--events", type=int, default=100_000, help="events of the long session")
@@ -220,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", type=Path, help="build into/reuse this directory")
     parser.add_argument("--check", action="store_true", help="exit 1 if the target is missed")
+    parser.add_argument("--mode", choices=["load", "reads", "both"], default="both")
+    parser.add_argument("--sizes", default="10000,100000", help="cold-read session sizes")
+    parser.add_argument("--rounds", type=int, default=7, help="cold-read rounds (7)")
     args = parser.parse_args(argv)
     if min(args.events, args.short_events) < 2 or args.loads < 1 or args.batch < 1:
         parser.error("--events/--short-events must be >= 2, --loads and --batch >= 1")
@@ -242,7 +404,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         directory = Path(tempfile.mkdtemp(prefix="bench-load-"))
     try:
-        return run(directory, params, args)
+        met = True
+        if args.mode in ("load", "both"):
+            met = run(directory, params, args) == 0
+        if args.mode in ("reads", "both"):
+            sizes = sorted({int(n) for n in args.sizes.split(",")})
+            met = run_reads(directory, sizes, args.rounds, reuse=args.keep is not None) and met
+        return 0 if met or not args.check else 1
     finally:
         if args.keep is None:
             shutil.rmtree(directory, ignore_errors=True)

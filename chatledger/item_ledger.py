@@ -236,8 +236,13 @@ class ItemOperations(LedgerBase):
     ) -> StateView:
         """The session's key-value state, now or as it was at ``at_version``."""
         found = self._target(principal, key, account_id)
-        session = self.core.sessions.as_of(found, at_version)
-        return StateView(key=found.key, version=session.version, state=dict(session.state))
+        return self.core.sessions.read(
+            found,
+            lambda session: StateView(
+                key=found.key, version=session.version, state=dict(session.state)
+            ),
+            at_version,
+        )
 
     @public
     def shared_state(

@@ -339,7 +339,7 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations):
     ) -> SessionView:
         """The session now, or as it was at a version or a moment."""
         found = self._target(principal, key, account_id)
-        return self._view(self.core.sessions.as_of(found, at_version, at_time))
+        return self.core.sessions.read(found, self._view, at_version, at_time)
 
     @public
     def context(
@@ -355,8 +355,9 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations):
         """The prompt context: latest archive summary plus the newest live messages that fit."""
         check_int(token_budget, "token_budget")
         found = self._target(principal, key, account_id)
-        session = self.core.sessions.as_of(found, at_version, at_time)
-        return views.context_view(session, token_budget)
+        return self.core.sessions.read(
+            found, lambda session: views.context_view(session, token_budget), at_version, at_time
+        )
 
     @public
     def history(

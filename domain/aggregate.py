@@ -33,6 +33,9 @@ class SessionFields(Protocol):
     pending_tokens: int
     turn_count: int
     archives: list[ArchiveSummary]
+    # Where each live archive was recorded, in step with ``archives``: (version of the
+    # event, index among the archives it carries); None if not known (see Session).
+    archive_refs: list[tuple[int, int]] | None
     message_count: int
     commit_count: int
     last_commit_at: datetime | None

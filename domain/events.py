@@ -18,7 +18,7 @@ from pydantic import Field
 
 from chatledger.domain.aggregate import SessionFields
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
-from chatledger.domain.rules import with_merge
+from chatledger.domain.rules import merged_refs, with_merge
 from chatledger.domain.values import (
     ArchiveSummary,
     ClientContext,
@@ -81,6 +81,7 @@ class Forked(SessionCreationEvent):
         session.extraction_summary = self.extraction_summary
         session.set_buffer(self.buffer)
         session.archives = list(self.archives)
+        session.archive_refs = [(self.originator_version, i) for i in range(len(self.archives))]
         session.message_count = self.message_count
         session.commit_count = self.commit_count
         session.last_commit_at = self.last_commit_at
@@ -120,6 +121,8 @@ class Committed(SessionEvent):
         if not self.kept:
             _drop(session, self.archive.message_ids)
         session.archives.append(self.archive)
+        if session.archive_refs is not None:
+            session.archive_refs.append((self.originator_version, 0))
         session.commit_count += 1
         session.last_commit_at = self.timestamp
         session.updated_at = self.timestamp
@@ -146,6 +149,13 @@ class ArchiveMerged(SessionEvent):
 
     def apply(self, aggregate: Any) -> None:
         session: SessionFields = aggregate
+        if session.archive_refs is not None:
+            session.archive_refs = merged_refs(
+                session.archives,
+                session.archive_refs,
+                (self.originator_version, 0),
+                self.source_archive_ids,
+            )
         session.archives = with_merge(session.archives, self.archive, self.source_archive_ids)
         session.updated_at = self.timestamp
 
@@ -246,6 +256,7 @@ class Deleted(SessionEvent):
         session: SessionFields = aggregate
         session.set_buffer(())
         session.archives = []
+        session.archive_refs = []
         session.message_count = session.commit_count = 0
         session.last_commit_at = None
         session.state = {}

@@ -37,3 +37,25 @@ def with_merge(
     if not placed:
         kept.append(merged)
     return kept
+
+
+def merged_refs(
+    archives: Sequence[ArchiveSummary],
+    refs: Sequence[T],
+    merged: T,
+    sources: Iterable[str],
+) -> list[T]:
+    """What ``with_merge`` does to the archives, done to a list kept in step with them."""
+    source_ids = set(sources)
+    kept: list[T] = []
+    placed = False
+    for archive, ref in zip(archives, refs, strict=True):
+        if archive.archive_id in source_ids:
+            if not placed:
+                kept.append(merged)
+                placed = True
+        else:
+            kept.append(ref)
+    if not placed:
+        kept.append(merged)
+    return kept

@@ -9,7 +9,7 @@ a clock (timestamps are passed in) or touches storage.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Final, Literal, NamedTuple, Self
 from uuid import UUID
@@ -72,8 +72,18 @@ class SessionCounters(NamedTuple):
     status: SessionStatus  # LIVE, EVICTED (idle, LRU, admin) or CLOSED (by its client)
 
 
+ArchiveRef = tuple[int, int]
+"""Where a live archive was recorded: (version of the event, index among its archives)."""
+
+
 class SessionState(BaseModel):
-    """Everything a ``Session`` holds, as one serialisable value (for snapshots)."""
+    """Everything a ``Session`` holds, as one serialisable value (for copies and snapshots).
+
+    A stored snapshot references its live archives instead of embedding them:
+    ``archives`` is empty and ``archive_refs`` says which events recorded them
+    (see ``Session.Snapshot``). A snapshot stored before archive references
+    existed embeds them and has ``archive_refs`` None.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -97,6 +107,7 @@ class SessionState(BaseModel):
     watermark: int = 0
     extraction_summary: str = ""
     pending_compaction: CompactionToken | None = None
+    archive_refs: tuple[ArchiveRef, ...] | None = None
 
 
 class Session(BaseAggregate[UUID]):
@@ -112,6 +123,10 @@ class Session(BaseAggregate[UUID]):
         self.pending_tokens = 0
         self.turn_count = 0
         self.archives: list[ArchiveSummary] = []
+        # In step with archives: the event that recorded each one (a snapshot stores
+        # these, not the archives). None when rebuilt from an old snapshot that
+        # embedded its archives without saying where they came from.
+        self.archive_refs: list[ArchiveRef] | None = []
         self.message_count = 0
         self.commit_count = 0
         self.last_commit_at: datetime | None = None
@@ -527,6 +542,34 @@ class Session(BaseAggregate[UUID]):
         self.pending_tokens = sum(m.tokens for m in messages)
         self.turn_count = sum(1 for m in messages if m.role == "user")
 
+    def replay_messages(
+        self, messages: Sequence[Message], version: int, timestamp: datetime
+    ) -> None:
+        """Replay ``MessageAdded`` events of ``messages``, the last at ``version`` and
+        ``timestamp``: the same state as applying them one by one, in one step (a load
+        reads long runs of messages; see ``chatledger.adapters``)."""
+        if version != self.version + len(messages):
+            raise ValueError(
+                f"{len(messages)} messages after version {self.version} end at "
+                f"{self.version + len(messages)}, not {version}"
+            )
+        if not messages:
+            return
+        buffer = self.buffer
+        tokens = turns = 0
+        for message in messages:
+            buffer[message.id] = message
+            tokens += message.tokens
+            if message.role == "user":
+                turns += 1
+        self.pending_tokens += tokens
+        self.turn_count += turns
+        self.message_count += len(messages)
+        self.evicted = self.closed = False
+        self.updated_at = timestamp
+        self.version = version
+        self.modified_on = timestamp
+
     @property
     def status(self) -> SessionStatus:
         """LIVE, or why it left the working set: EVICTED or CLOSED."""
@@ -600,10 +643,19 @@ class Session(BaseAggregate[UUID]):
             watermark=self.watermark,
             extraction_summary=self.extraction_summary,
             pending_compaction=self.pending_compaction,
+            archive_refs=None if self.archive_refs is None else tuple(self.archive_refs),
         )
 
     @classmethod
-    def from_state(cls, id_: UUID, version: int, state: SessionState) -> Session:
+    def from_state(
+        cls,
+        id_: UUID,
+        version: int,
+        state: SessionState,
+        archives: Sequence[ArchiveSummary] | None = None,
+    ) -> Session:
+        """A session holding ``state`` at ``version``; ``archives`` (if given) stand for
+        ``state.archives`` -- a snapshot's referenced archives, read from their events."""
         session = cls.__new__(cls)
         session._id = id_
         session._version = version
@@ -617,7 +669,11 @@ class Session(BaseAggregate[UUID]):
         session.context = state.context
         session.started_by = state.started_by
         session.set_buffer(state.buffer)
-        session.archives = list(state.archives)
+        session.archives = list(state.archives if archives is None else archives)
+        refs = state.archive_refs
+        session.archive_refs = None if refs is None else list(refs)
+        if refs is not None and len(refs) != len(session.archives):
+            raise ValueError(f"{len(refs)} archive references but {len(session.archives)} archives")
         session.message_count = state.message_count
         session.commit_count = state.commit_count
         session.last_commit_at = state.last_commit_at
@@ -634,7 +690,14 @@ class Session(BaseAggregate[UUID]):
         return session
 
     class Snapshot(DomainEvent, CanSnapshotAggregate[UUID]):
-        """The whole state of a session at one version, as a pydantic value."""
+        """The state of a session at one version, as a pydantic value.
+
+        Bounded by the live state: the live buffer and counters are embedded,
+        the live archives only referenced (``archive_refs``: the events that
+        recorded them, which loading reads back; see ``rebuild``). Embedding
+        them made every snapshot carry every archive so far, so snapshots grew
+        with the square of the commits.
+        """
 
         class_version: ClassVar[int] = 1
 
@@ -649,12 +712,53 @@ class Session(BaseAggregate[UUID]):
                 originator_version=session.version,
                 timestamp=session.modified_on,
                 topic=get_topic(type(session)),
-                state=session.to_state(),
+                state=cls.state_of(session),
             )
 
-        def mutate(self, _: None) -> Any:
+        @staticmethod
+        def state_of(session: Session) -> SessionState:
+            """The state a snapshot of ``session`` stores (archives referenced if known)."""
+            state = session.to_state()
+            if state.archive_refs is None:
+                return state
+            return state.model_copy(update={"archives": ()})
+
+        def archive_versions(self) -> list[int]:
+            """The versions of the events whose archives ``rebuild`` needs, ascending."""
+            return sorted({version for version, _ in self.state.archive_refs or ()})
+
+        def rebuild(self, recorded: Mapping[int, Any]) -> Session:
+            """The session this snapshot holds, its archives taken from the events that
+            recorded them (``recorded``: version -> event, see ``archive_versions``)."""
+            archives = [_recorded_archive(recorded.get(v), v, i) for v, i in self.archive_refs]
             session_class: type[Session] = resolve_topic(self.topic)
-            return session_class.from_state(self.originator_id, self.originator_version, self.state)
+            return session_class.from_state(
+                self.originator_id, self.originator_version, self.state, archives or None
+            )
+
+        @property
+        def archive_refs(self) -> tuple[ArchiveRef, ...]:
+            return self.state.archive_refs or ()
+
+        def matches(self, session: Session) -> bool:
+            """Whether this (stored) snapshot holds the state of ``session`` (same version)."""
+            if self.state.archive_refs is None:  # an old snapshot: archives embedded
+                return self.state == session.to_state().model_copy(update={"archive_refs": None})
+            return self.state == self.state_of(session)
+
+        def mutate(self, _: None) -> Any:
+            """The library's way in; a snapshot referencing archives needs ``rebuild``."""
+            return self.rebuild({})
+
+
+def _recorded_archive(event: Any, version: int, index: int) -> ArchiveSummary:
+    """The ``index``-th archive recorded by ``event`` (at ``version``)."""
+    if isinstance(event, Committed | ArchiveMerged) and index == 0:
+        return event.archive
+    if isinstance(event, Forked) and 0 <= index < len(event.archives):
+        return event.archives[index]
+    found = "no event" if event is None else type(event).__name__
+    raise ValueError(f"archive {index} of version {version} is referenced, but it is {found}")
 
 
 def replay(session: Session | None, events: Iterable[Any]) -> Session | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -213,13 +214,23 @@ def test_keyed_chain_detects_a_forger_who_knows_the_scheme(
     assert not ledger.verify(ALICE).ok
 
 
-def test_doctored_snapshot_is_detected(populated: SessionLedger) -> None:
-    """A snapshot edited in the database no longer matches the replay and is reported."""
+@pytest.mark.parametrize("field", [b"message_count", b"archive_refs"])
+def test_doctored_snapshot_is_detected(populated: SessionLedger, field: bytes) -> None:
+    """A snapshot edited in the database (a counter, or where its archives are) no longer
+    matches the replay and is reported."""
     with populated.core.store.event_recorder.engine.connect() as connection:
         oid, version, state = connection.execute(
-            text("SELECT originator_id, originator_version, state FROM chatledger_snapshots")
+            text(
+                "SELECT originator_id, originator_version, state FROM chatledger_snapshots "
+                "ORDER BY originator_version DESC"
+            )
         ).first()  # type: ignore[misc]
-    doctored = bytes(state).replace(b"Question", b"Qxestion", 1)
+    doctored = re.sub(
+        b'"' + field + rb'":(\[\[)?(\d+)',
+        lambda m: m[0][: -len(m[2])] + str(int(m[2]) - 1).encode(),
+        bytes(state),
+        count=1,
+    )
     assert doctored != bytes(state)
     _execute(
         populated,

@@ -478,7 +478,7 @@ def test_export_payloads_are_json_objects(ledger: SessionLedger) -> None:
     ledger.add_message(ALICE, "s1", "user", 'naïve ✓ "quoted" \\ back\nslash')
     header, records = _export_records(ledger)
     assert json.loads(header)["format_version"] == 2
-    assert [r["event"]["message"]["content"] for r in records[1:]] == [
+    assert [r["event"]["c"] for r in records[1:]] == [  # a message's text (stored form 2)
         'naïve ✓ "quoted" \\ back\nslash'
     ]
     assert all("state" not in r for r in records)

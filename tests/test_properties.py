@@ -145,7 +145,10 @@ def test_snapshot_plus_tail_equals_full_replay(
     for event in events[:cut]:
         prefix = event.mutate(prefix)  # type: ignore[arg-type]
     assert prefix is not None
-    rebuilt = Session.Snapshot.take(prefix).mutate(None)
+    snapshot = Session.Snapshot.take(prefix)
+    assert snapshot.state.archives == ()  # referenced, not embedded
+    rebuilt = snapshot.rebuild({e.originator_version: e for e in events[:cut]})
+    assert snapshot.matches(rebuilt)
     for event in events[cut:]:
         event.mutate(rebuilt)
     assert rebuilt.to_state() == session.to_state()

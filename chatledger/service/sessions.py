@@ -163,8 +163,7 @@ class SessionStore:
             self._remember(sid, session)
             return session
         if fresh:
-            for event in self.store.events.get(sid, gt=session.version):
-                event.mutate(session)  # type: ignore[attr-defined]
+            self.store.fast_forward(session)
         return session
 
     def require(self, target: Target) -> Session:
@@ -180,6 +179,20 @@ class SessionStore:
         with self.lock(target.session_id):
             session = self.require(target)
             return Session.from_state(session.id, session.version, session.to_state())
+
+    def read(
+        self,
+        target: Target,
+        render: Callable[[Session], R],
+        at_version: int | None = None,
+        at_time: datetime | None = None,
+    ) -> R:
+        """``render`` of the session now (under its lock, so no copy is made: a long
+        buffer is not copied on every read) or as it was at a version or a moment."""
+        if at_version is None and at_time is None:
+            with self.lock(target.session_id):
+                return render(self.require(target))
+        return render(self.as_of(target, at_version, at_time))
 
     def as_of(
         self, target: Target, at_version: int | None = None, at_time: datetime | None = None
