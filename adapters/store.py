@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import EventSourcingError
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
@@ -45,9 +46,9 @@ from chatledger.adapters.recorders import (
     StreamRow,
 )
 from chatledger.adapters.schema import events_table, snapshots_table
-from chatledger.domain.events import MessageAdded
+from chatledger.domain.events import Forked, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
-from chatledger.domain.failures import InvalidInput
+from chatledger.domain.failures import InvalidInput, StoreUnavailable
 from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
@@ -257,9 +258,8 @@ class EventStoreApplication(Application[UUID]):
 
     def fast_forward(self, session: Session) -> None:
         """Apply the events recorded after ``session``'s version (by other writers)."""
-        self.replay_rows(
-            session.id, session, self.event_recorder.stream(session.id, gt=session.version)
-        )
+        rows = self.event_recorder.stream(session.id, gt=session.version)
+        self.replay_rows(session.id, session, rows)
 
     def _rebuild(self, session_id: UUID, snapshot: Any) -> Session:
         """The session of a decoded snapshot, its archives read from the events recording them."""
@@ -282,7 +282,7 @@ class EventStoreApplication(Application[UUID]):
         )
         for row in rows:
             event = self._decode(session_id, row)
-            archives = getattr(event, "archives", None) or (event.archive,)
+            archives = event.archives if isinstance(event, Forked) else (event.archive,)
             for index, archive in enumerate(archives):
                 where[archive.archive_id] = (row[0], index)
         found = [where.get(archive.archive_id) for archive in session.archives]
@@ -314,6 +314,17 @@ class EventStoreApplication(Application[UUID]):
         one step; anything that run cannot take (a gap, a payload that is not
         JSON) goes through the validated path, which reports it.
         """
+        try:
+            return self._replay_rows(session_id, session, rows, trusted)
+        except EventSourcingError as error:  # a row this version cannot decode or apply
+            raise StoreUnavailable(
+                f"Session {session_id} cannot be loaded: {error}. Its stored events were "
+                "altered or written by a newer chatledger; verify() says which."
+            ) from error
+
+    def _replay_rows(
+        self, session_id: UUID, session: Session | None, rows: Sequence[StreamRow], trusted: bool
+    ) -> Session | None:
         count = len(rows)
         i = 0
         while i < count:
@@ -338,7 +349,7 @@ class EventStoreApplication(Application[UUID]):
         with without_cyclic_gc():
             try:
                 messages = trusted_messages([row[2] for row in run], [row[3] for row in run])
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):  # let the mapper say why
                 return False
             session.replay_messages(messages, last[0], from_micros(last[3]))
         return True
