@@ -7,9 +7,11 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
+from eventsourcing.persistence import StoredEvent
 from sqlalchemy import Connection, select
 
 from chatledger.adapters.codec import PAYLOAD_COLUMNS, add_summaries
+from chatledger.adapters.mapper import TimedStoredEvent
 from chatledger.adapters.schema import events_table, orders_by_transaction
 
 
@@ -72,3 +74,33 @@ def query_audit(
     order = (t.c.tx_id, t.c.id) if orders_by_transaction(connection.dialect.name) else (t.c.id,)
     rows = connection.execute(query.order_by(*order).limit(limit).offset(offset))
     return add_summaries([dict(row) for row in rows.mappings()])
+
+
+def query_rows_at(connection: Connection, positions: Iterable[int]) -> list[StoredEvent]:
+    """The stored events at these log positions (undecoded), in position order."""
+    wanted = sorted(set(positions))
+    if not wanted:
+        return []
+    t = events_table
+    query = (
+        select(
+            t.c.id,
+            t.c.originator_id,
+            t.c.originator_version,
+            t.c.topic,
+            t.c.state,
+            t.c.timestamp_us,
+        )
+        .where(t.c.id.in_(wanted))
+        .order_by(t.c.id)
+    )
+    return [
+        TimedStoredEvent(
+            originator_id=oid if isinstance(oid, UUID) else UUID(str(oid)),
+            originator_version=int(version),
+            topic=topic,
+            state=bytes(state),
+            timestamp_us=int(timestamp_us),
+        )
+        for _, oid, version, topic, state, timestamp_us in connection.execute(query)
+    ]

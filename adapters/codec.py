@@ -18,6 +18,11 @@ is ever rewritten. Every payload is ``json.dumps(..., ensure_ascii=False,
 separators=(",", ":"))`` of a JSON object, which an export carries as that
 object and an import re-encodes to the very same bytes.
 
+With a sealing key (setting ``encryption``), an event's content is taken out
+of this form and encrypted under ``"sealed"`` (``chatledger.adapters.sealing``;
+a sealed ``MessageAdded`` always writes its role out); reading opens it with the
+key it names, or gives its erased form once that key is destroyed.
+
 ``trusted_messages`` is the read path of long runs of messages: it builds
 ``Message`` values from rows of this format without validating them again
 (they were validated before they were written, and their chain vouches for
@@ -28,14 +33,25 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic_core import from_json
 
+from chatledger.adapters.sealing import (
+    PARTS,
+    SEALED,
+    Ciphers,
+    open_compact_message,
+    open_sealed,
+    row_aad,
+    seal,
+    seal_compact_message,
+)
 from chatledger.domain.events import EVENT_TYPES, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.items import describe_item
@@ -63,15 +79,30 @@ def is_compact(topic: str) -> bool:
     return ":" not in topic
 
 
-def encode(event: SessionEvent) -> tuple[str, bytes]:
-    """The topic and payload a format-2 row stores for ``event``.
+Sealing = tuple[str, AESGCM]
+"""A key id and its cipher: what seals an event's content."""
+
+
+def encode(event: SessionEvent, sealing: Sealing | None = None) -> tuple[str, bytes]:
+    """The topic and payload a format-2 row stores for ``event`` (its content sealed with
+    ``sealing``, if given).
 
     Raises ``ValueError`` (or ``TypeError``) for a value JSON cannot hold
     (a non-finite number, a lone surrogate).
     """
     cls = type(event)
-    payload = _message_added(event) if cls is MessageAdded else _fields(event)  # type: ignore[arg-type]
-    return cls.__name__, _dumps(payload).encode()
+    topic = cls.__name__
+    if cls is MessageAdded:
+        payload = _message_added(event)  # type: ignore[arg-type]
+        if sealing is not None:
+            aad = row_aad(event.originator_id, topic)
+            seal_compact_message(payload, event.message, *sealing, aad)  # type: ignore[attr-defined]
+    else:
+        payload = _fields(event)
+        parts = PARTS.get(cls)
+        if sealing is not None and parts is not None:
+            seal(parts, payload, *sealing, row_aad(event.originator_id, topic))
+    return topic, _dumps(payload).encode()
 
 
 def _utc(moment: datetime) -> bool:
@@ -118,14 +149,23 @@ def _message_added(event: MessageAdded) -> dict[str, Any]:
 
 
 def decode(
-    topic: str, state: bytes, originator_id: UUID, version: int, timestamp_us: int
+    topic: str,
+    state: bytes,
+    originator_id: UUID,
+    version: int,
+    timestamp_us: int,
+    ciphers: Ciphers | None = None,
 ) -> SessionEvent:
-    """The event of a format-2 row, validated. Raises ``KeyError``, ``ValueError`` or
+    """The event of a format-2 row, validated; sealed content opened with ``ciphers`` (or,
+    without them or the key, erased). Raises ``KeyError``, ``ValueError`` or
     ``TypeError`` (pydantic's ``ValidationError`` is one) for a row it cannot read."""
     cls = EVENTS_BY_NAME[topic]
     data = _loads(state.decode())
     if not isinstance(data, dict):
         raise TypeError(f"the payload of a {topic} is not a JSON object")
+    sealed = data.pop(SEALED, None)
+    if sealed is not None:
+        unseal(cls, data, sealed, ciphers or _no_keys, row_aad(originator_id, topic))
     if cls is MessageAdded:
         fields = _message_added_fields(data, timestamp_us)
     else:
@@ -137,6 +177,18 @@ def decode(
             getattr(cls, f"upcast_v{from_version}_v{from_version + 1}")(fields)
             from_version += 1
     return cls(originator_id=originator_id, originator_version=version, **fields)
+
+
+def unseal(cls: type[Any], data: dict[str, Any], sealed: Any, ciphers: Ciphers, aad: bytes) -> None:
+    """Open the sealed content of a format-2 payload of ``cls`` (popped as ``sealed``)."""
+    if cls is MessageAdded:
+        open_compact_message(data, sealed, ciphers, aad)
+    else:
+        open_sealed(PARTS.get(cls, ()), data, sealed, ciphers, aad)
+
+
+def _no_keys(key_id: str) -> AESGCM | None:
+    return None
 
 
 def _message_added_fields(data: dict[str, Any], timestamp_us: int) -> dict[str, Any]:
@@ -183,13 +235,23 @@ def without_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def trusted_messages(states: Sequence[bytes], stamps: Sequence[int]) -> list[Message]:
+def trusted_messages(
+    states: Sequence[bytes],
+    stamps: Sequence[int],
+    opener: Callable[[dict[str, Any], Any], object] | None = None,
+) -> list[Message]:
     """The messages of consecutive format-2 ``MessageAdded`` rows (payloads and their
     ``timestamp_us``), built without validating them again; equal to what ``decode``
-    gives. Raises ``ValueError`` if a payload is not JSON."""
+    gives (sealed payloads opened by ``opener(payload, sealed)``). Raises ``ValueError``
+    if a payload is not JSON, or is sealed and there is no ``opener``."""
     decoded = from_json(b"[" + b",".join(states) + b"]")
     if len(decoded) != len(stamps):
         raise ValueError("a payload holds more than one JSON value")
+    for data in decoded:
+        if isinstance(data, dict) and SEALED in data:
+            if opener is None:
+                raise ValueError("a sealed payload, and no way to open it")
+            opener(data, data.pop(SEALED))
     messages: list[Message] = []
     append, new, set_, fields = messages.append, _new, _set, _FIELDS_SET
     last_us = -1

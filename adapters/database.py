@@ -6,9 +6,10 @@ autocommit mode so that transactions begin explicitly: SQLAlchemy's emit a
 plain ``BEGIN`` (reads must not take the write lock) and the event append
 takes the write lock with its first statement (``BEGIN IMMEDIATE``, or a
 single autocommitted INSERT), so two appenders never deadlock upgrading a read
-lock. PostgreSQL URLs use the psycopg 3 driver. Bad URLs and missing drivers
-become ``InvalidSettings`` here; errors of a working engine are translated by
-the recorders and by ``chatledger.boundary``.
+lock; ``secure_delete`` zeroes what deletes free. PostgreSQL URLs use the
+psycopg 3 driver. Bad URLs and missing drivers become ``InvalidSettings``
+here; errors of a working engine are translated by the recorders and by
+``chatledger.boundary``.
 """
 
 from __future__ import annotations
@@ -165,6 +166,9 @@ def _sqlite_engine(
         if not in_memory:
             _switch_to_wal(cursor, busy_timeout)
         cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        # Zero what deletes and updates free, so a destroyed data key (or a deleted
+        # snapshot) leaves nothing behind in the file's free space (docs/erasure.md).
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")

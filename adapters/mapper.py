@@ -10,7 +10,10 @@ event's timestamp in its own column, so "as of time T" needs no decoding.
 Session events are written in the compact stored form of
 ``chatledger.adapters.codec`` (format 2); rows written before it (a module
 path as topic) and snapshots keep the pydantic JSON form (format 1), and
-both are read.
+both are read. Given a sealing key, an event's (or snapshot's) content is
+encrypted into its payload (``chatledger.adapters.sealing``); reading opens it
+with the key the payload names (``ciphers``), or gives its erased form when
+that key is destroyed.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.persistence import (
     Cipher,
     Compressor,
@@ -32,7 +36,8 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
-from chatledger.adapters.codec import EVENTS_BY_NAME, decode, encode, is_compact
+from chatledger.adapters.codec import EVENTS_BY_NAME, Sealing, decode, encode, is_compact
+from chatledger.adapters.sealing import PARTS, SEALED, Ciphers, open_sealed, row_aad, seal
 from chatledger.domain.timestamps import to_micros
 
 _new_stored = object.__new__
@@ -42,6 +47,11 @@ _ORIGINATOR_FIELDS: set[str] = {"originator_id", "originator_version"}
 # before keys existed, and nothing to pay on the hot path.
 _UNKEYED_FIELDS: set[str] = _ORIGINATOR_FIELDS | {"idempotency_key"}
 _UNSEEN: Any = object()
+_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _no_ciphers(key_id: str) -> AESGCM | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,8 @@ class JSONBytesTranscoder(Transcoder):
 class PydanticMapper(Mapper[UUID]):
     """Maps pydantic domain events to and from ``TimedStoredEvent`` records."""
 
+    ciphers: Ciphers = staticmethod(_no_ciphers)  # set by the application: opens sealed content
+
     def __init__(
         self,
         transcoder: Transcoder,
@@ -84,13 +96,20 @@ class PydanticMapper(Mapper[UUID]):
         self._fast_classes: dict[str, type[BaseModel] | None] = {}
         self._last_id: tuple[UUID | None, bytes] = (None, b"")  # and its JSON text
 
-    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+    def to_stored_event(self, domain_event: Any, sealing: Sealing | None = None) -> StoredEvent:
+        """The stored form of an event (or snapshot); with ``sealing`` (key id and cipher)
+        its content is encrypted."""
         model: BaseModel = domain_event
         cls = type(model)
         if EVENTS_BY_NAME.get(cls.__name__) is cls:
-            topic, data = encode(domain_event)
+            topic, data = encode(domain_event, sealing)
         else:
-            topic, data = get_topic(cls), self._format_1(model)
+            topic = get_topic(cls)
+            parts = PARTS.get(cls) if sealing is not None else None
+            if parts is not None and sealing is not None:
+                data = self._sealed_format_1(model, parts, sealing, topic)
+            else:
+                data = self._format_1(model)
         if self.compressor:
             data = self.compressor.compress(data)
         if self.cipher:
@@ -124,6 +143,21 @@ class PydanticMapper(Mapper[UUID]):
         data: bytes = type(model).__pydantic_serializer__.to_json(model, exclude=exclude)
         return data
 
+    @staticmethod
+    def _sealed_format_1(model: BaseModel, parts: Any, sealing: Sealing, topic: str) -> bytes:
+        """The pydantic JSON form with its content sealed (snapshots)."""
+        class_version: int = getattr(type(model), "class_version", 1)
+        exclude = (
+            _UNKEYED_FIELDS
+            if getattr(model, "idempotency_key", None) is None
+            else _ORIGINATOR_FIELDS
+        )
+        payload = model.model_dump(mode="json", exclude=exclude)
+        seal(parts, payload, *sealing, row_aad(model.originator_id, topic))  # type: ignore[attr-defined]
+        if class_version > 1:
+            payload["class_version"] = class_version
+        return _encode_json(payload).encode()
+
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         data = stored_event.state
         try:
@@ -140,10 +174,14 @@ class PydanticMapper(Mapper[UUID]):
                     raise ValueError("a row of format 2 is read with its timestamp_us")
                 return decode(
                     stored_event.topic, data, originator_id,
-                    stored_event.originator_version, timestamp_us,
+                    stored_event.originator_version, timestamp_us, self.ciphers,
                 )  # fmt: skip
             state: dict[str, Any] = _decode_json(data.decode())
             cls = resolve_topic(stored_event.topic)
+            sealed = state.pop(SEALED, None)
+            if sealed is not None:
+                aad = row_aad(originator_id, stored_event.topic)
+                open_sealed(PARTS.get(cls, ()), state, sealed, self.ciphers, aad)
             from_version = state.pop("class_version", 1)
             class_version = getattr(cls, "class_version", 1)
             while from_version < class_version:

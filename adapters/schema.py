@@ -223,6 +223,39 @@ snapshots_table = Table(
     Column("timestamp_us", BigInteger, nullable=False),
 )
 
+keys_table = Table(
+    "chatledger_keys",
+    metadata,
+    Column("key_id", String(64), primary_key=True),
+    Column("scope", String(16), nullable=False),  # "session" or "user"
+    Column("tenant", Text, nullable=False),
+    Column("user_id", Text, nullable=False),
+    Column("session_id", Uuid(as_uuid=True), nullable=True),  # scope "session"
+    Column("material", LargeBinary, nullable=True),  # NULL once destroyed
+    Column("created_at_us", BigInteger, nullable=False),
+    Column("destroyed_at_us", BigInteger, nullable=True),
+    # One key per session, ever (a destroyed one is never replaced: the session is erased).
+    Index(
+        "chatledger_keys_session",
+        "session_id",
+        unique=True,
+        sqlite_where=text("scope = 'session'"),
+        postgresql_where=text("scope = 'session'"),
+    ),
+    # One live key per user of an account (after erasure a new one may start).
+    Index(
+        "chatledger_keys_user",
+        "tenant",
+        "user_id",
+        unique=True,
+        sqlite_where=text("scope = 'user' AND destroyed_at_us IS NULL"),
+        postgresql_where=text("scope = 'user' AND destroyed_at_us IS NULL"),
+    ),
+    Index("chatledger_keys_owner", "tenant", "user_id"),
+)
+"""The data keys of session content (``chatledger.adapters.key_store.SqlKeyStore``;
+revision 0007)."""
+
 
 def create_tables(engine: Engine) -> str:
     """Create the store's tables, or upgrade them in place; safe from several processes.

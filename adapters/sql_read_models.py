@@ -16,9 +16,11 @@ working-set row is the facts of its last event (counters and status right
 after it), and usage adds up the tool-call columns into the stored totals.
 The SQL reads ``span.source``: the events table itself when the read models
 share the ledger's database, or a staging table the projector fills with the
-span's fact rows when they live elsewhere. The archive history needs the
-archive bodies, so it decodes just the events that carry archives (commits,
-merges, forks) with the pure fold of ``chatledger.projections.archive_events``.
+span's fact rows when they live elsewhere. The archive history needs archive
+ids, covered ids and lineage, so it decodes just the events that carry archives
+(commits, merges, forks) with the pure fold of
+``chatledger.projections.archive_events``. No read model holds content (message
+text, summaries, state values): erasure never has anything to clean up here.
 """
 
 from __future__ import annotations
@@ -129,8 +131,8 @@ archives_table = Table(
     Column("archive_id", Text, primary_key=True),
     Column("account_id", Text, nullable=False),
     Column("session_key", Text, nullable=False),
-    Column("overview", Text, nullable=False),
-    Column("abstract", Text, nullable=False),
+    # No overview or abstract: content is read from the archive's event (at
+    # ``position``), so this table holds nothing erasure must reach.
     Column("message_ids", Text, nullable=False),  # JSON list
     Column("tokens", Integer, nullable=False),
     Column("created_at_us", BigInteger, nullable=False),
@@ -361,7 +363,7 @@ class ArchivesModel(SqlReadModel):
     """Every archive ever made, live or merged, with its merge lineage."""
 
     name = "archives"
-    version = 2
+    version = 3  # 3: no overview and abstract (read from the events)
     tables = (archives_table,)
 
     def apply(self, connection: Connection, span: Span) -> None:
@@ -410,8 +412,6 @@ class ArchivesModel(SqlReadModel):
                     "archive_id": a.archive_id,
                     "account_id": event.tenant,
                     "session_key": event.key,
-                    "overview": a.overview,
-                    "abstract": a.abstract,
                     "message_ids": json.dumps(message_ids),
                     "tokens": a.tokens,
                     "created_at_us": a.created_at_us,

@@ -11,16 +11,19 @@ of consecutive messages in one step (``codec.trusted_messages``,
 written and their hash chain vouches for the bytes, so a long live buffer is
 not validated again event by event. Every other event is decoded and
 validated as before; ``trusted=False`` validates everything (the tests hold
-both paths equal).
+both paths equal). Content is sealed with the session's data key from the
+``KeyRing`` (unless encryption is off), in events and snapshots alike.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import EventSourcingError
 from eventsourcing.persistence import (
@@ -38,6 +41,7 @@ from pydantic_core import PydanticSerializationError
 from sqlalchemy import Engine
 
 from chatledger.adapters.codec import trusted_messages, without_cyclic_gc
+from chatledger.adapters.keyring import KeyRing
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
 from chatledger.adapters.recorders import (
     SqlEventRecorder,
@@ -46,9 +50,10 @@ from chatledger.adapters.recorders import (
     StreamRow,
 )
 from chatledger.adapters.schema import events_table, snapshots_table
+from chatledger.adapters.sealing import PARTS, open_compact_message, row_aad
 from chatledger.domain.events import Forked, MessageAdded
-from chatledger.domain.eventsourced import SessionEvent
-from chatledger.domain.failures import InvalidInput, StoreUnavailable
+from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
+from chatledger.domain.failures import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
@@ -110,11 +115,13 @@ class EventStoreApplication(Application[UUID]):
         engine: Engine,
         *,
         snapshot_interval: int,
+        keyring: KeyRing,
         chain_key: bytes | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._engine = engine
         self._chain_key = chain_key
+        self.keyring = keyring
         self.snapshot_interval = snapshot_interval
         self.max_event_bytes = max_event_bytes
         super().__init__(env={"AGGREGATE_CACHE_MAXSIZE": "", "IS_SNAPSHOTTING_ENABLED": "y"})
@@ -123,7 +130,16 @@ class EventStoreApplication(Application[UUID]):
         return SqlInfrastructureFactory(env, engine=self._engine, chain_key=self._chain_key)
 
     def construct_mapper(self) -> PydanticMapper:
-        return PydanticMapper(transcoder=JSONBytesTranscoder())
+        mapper = PydanticMapper(transcoder=JSONBytesTranscoder())
+        mapper.ciphers = self.keyring.cipher
+        return mapper
+
+    @property
+    def event_mapper(self) -> PydanticMapper:
+        """The mapper, as what it is (it seals content when given a key)."""
+        mapper = self.mapper
+        assert isinstance(mapper, PydanticMapper)
+        return mapper
 
     @property
     def event_recorder(self) -> SqlEventRecorder:
@@ -140,9 +156,10 @@ class EventStoreApplication(Application[UUID]):
         pending = session.collect_changes()
         if not pending:
             return []
+        sealing = self._sealing(session, [event for event, _ in pending])
         stored = []
         for event, counters in pending:
-            row = self._encode(event)
+            row = self._encode(event, sealing)
             row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
             stored.append(row)
         positions = self.event_recorder.insert_events(stored)
@@ -159,8 +176,9 @@ class EventStoreApplication(Application[UUID]):
         for session in sessions:
             pending = session.collect_changes()
             counts.append(len(pending))
+            sealing = self._sealing(session, [event for event, _ in pending])
             for event, counters in pending:
-                row = self._encode(event)
+                row = self._encode(event, sealing)
                 row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
                 stored.append(row)
         positions = self.event_recorder.insert_events(stored) if stored else []
@@ -173,7 +191,21 @@ class EventStoreApplication(Application[UUID]):
                 self._snapshot(session)
         return result
 
-    def _encode(self, event: SessionEvent) -> StoredEvent:
+    def _sealing(
+        self, session: Session, events: Sequence[SessionEvent]
+    ) -> tuple[str, AESGCM] | None:
+        """The key that seals these events of ``session`` (None: nothing to seal, or
+        encryption is off); ``SessionErased`` if the session's own key was destroyed."""
+        if not events or not self.keyring.seal:
+            return None
+        if type(events[0]) not in PARTS and not any(type(e) in PARTS for e in events):
+            return None
+        new = isinstance(events[0], SessionCreationEvent)
+        return self.keyring.sealing_key(session, events[0].timestamp, new=new)
+
+    def _encode(
+        self, event: SessionEvent, sealing: tuple[str, AESGCM] | None = None
+    ) -> StoredEvent:
         """The stored form of ``event``, refused (``InvalidInput``) unless it can be kept.
 
         Input is checked where it enters (``chatledger.domain.limits``); this is
@@ -182,7 +214,7 @@ class EventStoreApplication(Application[UUID]):
         the input checks cover completely -- decode back into an equal event.
         """
         try:
-            row = self.mapper.to_stored_event(event)
+            row = self.event_mapper.to_stored_event(event, sealing)
         except (PydanticSerializationError, ValueError, TypeError) as error:
             raise InvalidInput(
                 f"{type(event).__name__} cannot be serialised ({error}); nothing was recorded."
@@ -332,7 +364,7 @@ class EventStoreApplication(Application[UUID]):
             if trusted and session is not None:
                 while end < count and rows[end][1] == "MessageAdded":
                     end += 1
-            if end - i > 1 and self._replay_messages(session, rows[i:end]):
+            if end - i > 1 and self._replay_messages(session_id, session, rows[i:end]):
                 i = end
                 continue
             for row in rows[i : max(end, i + 1)]:
@@ -340,15 +372,20 @@ class EventStoreApplication(Application[UUID]):
             i = max(end, i + 1)
         return session
 
-    @staticmethod
-    def _replay_messages(session: Session | None, run: Sequence[StreamRow]) -> bool:
+    def _replay_messages(
+        self, session_id: UUID, session: Session | None, run: Sequence[StreamRow]
+    ) -> bool:
         """Apply a run of stored messages at once, if it continues ``session`` without gaps."""
         first, last = run[0], run[-1]
         if session is None or first[0] != session.version + 1 or last[0] != first[0] + len(run) - 1:
             return False
+        aad = row_aad(session_id, "MessageAdded")
+        opener = functools.partial(_open_message, ciphers=self.keyring.cipher, aad=aad)
         with without_cyclic_gc():
             try:
-                messages = trusted_messages([row[2] for row in run], [row[3] for row in run])
+                messages = trusted_messages(
+                    [row[2] for row in run], [row[3] for row in run], opener
+                )
             except (ValueError, KeyError, TypeError, AttributeError):  # let the mapper say why
                 return False
             session.replay_messages(messages, last[0], from_micros(last[3]))
@@ -362,11 +399,20 @@ class EventStoreApplication(Application[UUID]):
         assert self.snapshots is not None
         # A snapshot only speeds loading; the events are already safe without it.
         try:
-            self.snapshots.put([Session.Snapshot.take(session)])
-        except DatabaseError as error:
+            snapshot = Session.Snapshot.take(session)
+            sealing = None
+            if self.keyring.seal:
+                sealing = self.keyring.sealing_key(session, session.updated_at, new=False)
+            row = self.event_mapper.to_stored_event(snapshot, sealing)
+            self.snapshot_recorder.insert_events([row])
+        except (DatabaseError, ChatLedgerError) as error:
             logger.warning("snapshot of session %s at v%d not stored: %s", session.id,
                            session.version, error)  # fmt: skip
             return
         session.rebuilt_from = (session.version, session.state_items)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("snapshot of session %s at v%d", session.id, session.version)
+
+
+def _open_message(payload: dict[str, Any], sealed: Any, *, ciphers: Any, aad: bytes) -> None:
+    open_compact_message(payload, sealed, ciphers, aad)

@@ -7,7 +7,10 @@ for every contender):
 * ``raw sqlite3`` (baseline A): ``BEGIN IMMEDIATE`` / one ``INSERT`` / ``COMMIT``
   into a table shaped like ``chatledger_events`` with a ~130-byte state.
 * ``ledger 1 session``: ``SessionLedger.add_message(p, key, "user", <~100 chars>)``
-  on one session (held in the ledger's in-process cache).
+  on one session (held in the ledger's in-process cache), default settings.
+* ``ledger 1 session, encrypted``: the same with ``encryption=True`` (content
+  encrypted at rest, docs/erasure.md), so the cost of encryption is the ratio of
+  the two in the same rounds.
 * ``ledger N sessions``: the same call round-robin over ``--sessions`` sessions.
 * ``SQLiteSession`` (baseline B): openai-agents' ``SQLiteSession.add_items`` with one
   item per call, driven by asyncio (each call hops to a worker thread, as the
@@ -18,7 +21,9 @@ Each round runs every contender once (order rotated round by round, so drift on
 a shared machine hits them alike); the table gives median ops/s, the IQR, and
 the ratios ledger/raw and ledger/SQLiteSession, both as ratio of medians and
 as the median of the per-round (paired) ratios. Targets: ledger >= 0.5x raw,
-ledger >= 2x SQLiteSession (judged on the single-session ledger contender).
+ledger >= 2x SQLiteSession (judged on the single-session ledger contender with
+the default settings); the encrypted/unencrypted ratio is reported too, and
+whether the encrypted ledger meets the raw target.
 
 Run::
 
@@ -69,6 +74,7 @@ TARGET_VS_AGENTS = 2.0
 
 RAW = "raw sqlite3"
 LEDGER_ONE = "ledger 1 session"
+LEDGER_SEALED = "ledger 1 session, encrypted"
 LEDGER_MANY = "ledger {n} sessions"
 AGENTS = "SQLiteSession"
 
@@ -113,10 +119,13 @@ def run_raw(directory: Path, n: int, level: Level) -> float:
         connection.close()
 
 
-def run_ledger(directory: Path, n: int, level: Level, sessions: int) -> float:
+def run_ledger(
+    directory: Path, n: int, level: Level, sessions: int, *, encryption: bool = False
+) -> float:
     """The ledger: ``add_message`` round-robin over ``sessions`` sessions (1 = one session)."""
     name = f"ledger{sessions}.db"
-    with SessionLedger(f"sqlite:///{directory / name}", sqlite_synchronous=level) as ledger:
+    url = f"sqlite:///{directory / name}"
+    with SessionLedger(url, sqlite_synchronous=level, encryption=encryption) as ledger:
         keys = [f"session-{s}" for s in range(sessions)]
         for key in keys:  # create the sessions (and load them into the cache) untimed
             ledger.add_message(PRINCIPAL, key, "user", content(0))
@@ -211,6 +220,7 @@ def measure(
     contenders: dict[str, Runner] = {
         RAW: run_raw,
         LEDGER_ONE: lambda d, k, lv: run_ledger(d, k, lv, 1),
+        LEDGER_SEALED: lambda d, k, lv: run_ledger(d, k, lv, 1, encryption=True),
     }
     many = LEDGER_MANY.format(n=sessions)
     if sessions > 1:
@@ -299,6 +309,15 @@ def report(level: Level, n: int, results: dict[str, Samples], sessions: int) -> 
             f"{'MET' if met else 'NOT MET'}; per round {paired_spread(ledger, agents)}",
             highlight=False,
         )
+    sealed = results[LEDGER_SEALED]
+    console.print(
+        f"  (info) encryption: encrypted/unencrypted = {sealed.median / ledger.median:.2f}x "
+        f"(medians) | {paired_ratio(sealed, ledger):.2f}x (paired; per round "
+        f"{paired_spread(sealed, ledger)}); encrypted vs raw {sealed.median / raw.median:.2f}x, "
+        f"per round {paired_spread(sealed, raw)} (target {TARGET_VS_RAW} for encryption on by "
+        "default)",
+        highlight=False,
+    )
     many = results.get(LEDGER_MANY.format(n=sessions))
     if many is not None:
         console.print(f"  (info) {many.name}: {many.median / raw.median:.2f}x raw", highlight=False)

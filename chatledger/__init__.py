@@ -12,6 +12,7 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:
     from chatledger.adapters.archive_store import InMemoryArchiveStore, SqlArchiveStore
+    from chatledger.adapters.key_store import InMemoryKeyStore, SqlKeyStore
     from chatledger.adapters.summarizer import ExtractiveSummarizer
     from chatledger.async_ledger import AsyncSessionLedger
     from chatledger.domain.events import (
@@ -19,6 +20,7 @@ if _typing.TYPE_CHECKING:
         Closed,
         CommitFailed,
         Committed,
+        Erased,
         Evicted,
         Forked,
         ItemsRemoved,
@@ -29,8 +31,18 @@ if _typing.TYPE_CHECKING:
         TailReplaced,
     )
     from chatledger.domain.eventsourced import SessionEvent
-    from chatledger.domain.ports import ArchiveBody, ArchiveStore, Summarizer, Summary
+    from chatledger.domain.ports import (
+        ArchiveBody,
+        ArchiveStore,
+        DataKey,
+        KeyOwner,
+        KeyRecord,
+        KeyStore,
+        Summarizer,
+        Summary,
+    )
     from chatledger.domain.values import (
+        ERASED,
         ArchiveSummary,
         ClientContext,
         CompactionToken,
@@ -48,6 +60,7 @@ if _typing.TYPE_CHECKING:
         InvalidSettings,
         LedgerNotFound,
         ProjectionTimeout,
+        SessionErased,
         StoreUnavailable,
         UnknownSession,
         WriteOutcomeUnknown,
@@ -71,6 +84,7 @@ if _typing.TYPE_CHECKING:
         CommitTask,
         ContextView,
         Counters,
+        ErasureResult,
         FailedCommit,
         ForkEntry,
         ImportResult,
@@ -114,6 +128,16 @@ _EXPORTS: dict[str, str] = {
     "ConcurrencyConflict": "chatledger.errors",
     "ContextView": "chatledger.results",
     "Counters": "chatledger.results",
+    "DataKey": "chatledger.domain.ports",
+    "ERASED": "chatledger.domain.values",
+    "Erased": "chatledger.domain.events",
+    "ErasureResult": "chatledger.results",
+    "InMemoryKeyStore": "chatledger.adapters.key_store",
+    "KeyOwner": "chatledger.domain.ports",
+    "KeyRecord": "chatledger.domain.ports",
+    "KeyStore": "chatledger.domain.ports",
+    "SessionErased": "chatledger.errors",
+    "SqlKeyStore": "chatledger.adapters.key_store",
     "Evicted": "chatledger.domain.events",
     "ExtractiveSummarizer": "chatledger.adapters.summarizer",
     "FailedCommit": "chatledger.results",
@@ -185,6 +209,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ERASED",
     "AccessDenied",
     "AddedMessage",
     "ArchiveBody",
@@ -206,6 +231,9 @@ __all__ = [
     "ConcurrencyConflict",
     "ContextView",
     "Counters",
+    "DataKey",
+    "Erased",
+    "ErasureResult",
     "Evicted",
     "ExtractiveSummarizer",
     "FailedCommit",
@@ -213,9 +241,13 @@ __all__ = [
     "Forked",
     "ImportResult",
     "InMemoryArchiveStore",
+    "InMemoryKeyStore",
     "InvalidInput",
     "InvalidSettings",
     "ItemsRemoved",
+    "KeyOwner",
+    "KeyRecord",
+    "KeyStore",
     "LedgerEvent",
     "LedgerNotFound",
     "LedgerSettings",
@@ -231,6 +263,7 @@ __all__ = [
     "RegistryConfig",
     "SessionBusyError",
     "SessionDiff",
+    "SessionErased",
     "SessionEvent",
     "SessionLedger",
     "SessionLimitError",
@@ -238,6 +271,7 @@ __all__ = [
     "SessionView",
     "SkippedEvent",
     "SqlArchiveStore",
+    "SqlKeyStore",
     "Started",
     "StateChanged",
     "StateView",

@@ -73,11 +73,16 @@ class AsyncSessionLedger:
     prepare_compaction = _off_loop(SessionLedger.prepare_compaction)
     complete_compaction = _off_loop(SessionLedger.complete_compaction)
     import_usage = _off_loop(SessionLedger.import_usage)
+    # erasure
+    erase = _off_loop(SessionLedger.erase)
+    erase_user = _off_loop(SessionLedger.erase_user)
+    erase_tenant = _off_loop(SessionLedger.erase_tenant)
     # reads and time travel
     session = _off_loop(SessionLedger.session)
     context = _off_loop(SessionLedger.context)
     history = _off_loop(SessionLedger.history)
     diff = _off_loop(SessionLedger.diff)
+    archive_body = _off_loop(SessionLedger.archive_body)
     verify = _off_loop(SessionLedger.verify)
     task = _off_loop(SessionLedger.task)
     # read models

@@ -13,10 +13,11 @@ from collections.abc import Iterable, Iterator
 from chatledger.boundary import public, translated_errors
 from chatledger.domain.access import check_principal, target
 from chatledger.domain.failures import InvalidInput
+from chatledger.domain.ports import ArchiveBody
 from chatledger.domain.values import Principal
 from chatledger.ledger_base import LedgerBase
 from chatledger.results import ChainHead, ImportResult, SessionDiff, SessionView, VerifyReport
-from chatledger.service import integrity, timetravel, transfer
+from chatledger.service import erasing, integrity, timetravel, transfer
 from chatledger.service.messages import idempotency_key as checked_key
 
 
@@ -36,6 +37,15 @@ class HistoryOperations(LedgerBase):
         """What changed between two versions: messages, commits, merges, counters."""
         found = self._target(principal, key, account_id)
         return timetravel.diff(self.core.sessions, found, from_version, to_version)
+
+    @public
+    def archive_body(
+        self, principal: Principal, key: str, archive_id: str, *, account_id: str | None = None
+    ) -> ArchiveBody | None:
+        """The full body of one of the session's archives from the archive store, decrypted
+        (erased content reads as erased); ``None`` without an archive store or such a body."""
+        found = self._target(principal, key, account_id)
+        return erasing.archive_body(self.core, found, archive_id)
 
     @public
     def fork(

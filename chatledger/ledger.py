@@ -19,8 +19,9 @@ from chatledger.boundary import public
 from chatledger.domain.failures import InvalidInput, StoreUnavailable, UnknownSession
 from chatledger.domain.identity import validate_key
 from chatledger.domain.limits import check_int, check_seconds
-from chatledger.domain.ports import ArchiveStore, Clock, Summarizer
+from chatledger.domain.ports import ArchiveStore, Clock, KeyStore, Summarizer
 from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal, ToolCall
+from chatledger.erasure_ledger import ErasureOperations
 from chatledger.history_ledger import HistoryOperations
 from chatledger.item_ledger import ItemOperations
 from chatledger.read_models import ReadModels
@@ -51,7 +52,7 @@ from chatledger.settings import LedgerSettings
 from chatledger.work_ledger import WorkingStateOperations
 
 
-class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations):
+class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations, ErasureOperations):
     """An event-sourced ledger of agent sessions on SQLite (default) or PostgreSQL."""
 
     def __init__(
@@ -61,6 +62,7 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations):
         settings: LedgerSettings | None = None,
         summarizer: Summarizer | None = None,
         archive_store: ArchiveStore | None = None,
+        key_store: KeyStore | None = None,
         clock: Clock | None = None,
         snapshot_interval: int | None = None,
         **options: Any,
@@ -70,6 +72,7 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations):
             settings=settings,
             summarizer=summarizer,
             archive_store=archive_store,
+            key_store=key_store,
             clock=clock,
             snapshot_interval=snapshot_interval,
             **options,
@@ -95,6 +98,11 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations):
     @property
     def archive_store(self) -> ArchiveStore | None:
         return self.core.commits.archive_store
+
+    @property
+    def key_store(self) -> KeyStore:
+        """Where the data keys of session content live (default: a table of this database)."""
+        return self.core.store.keyring.store
 
     # ------------------------------------------------------------ lifecycle
     def close(self) -> None:

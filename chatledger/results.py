@@ -220,6 +220,25 @@ class ImportResult(Result):
     events: int
 
 
+class ErasureResult(Result):
+    """What an erasure did (``erase``, ``erase_user``, ``erase_tenant``)."""
+
+    scope: Literal["session", "user", "tenant"]
+    account_id: str
+    user_id: str | None = None
+    erased: tuple[str, ...]  # keys of the sessions this call erased (one Erased each)
+    already_erased: tuple[str, ...] = ()  # keys erased before: nothing recorded for them
+    key_ids: tuple[str, ...] = ()  # the data keys destroyed
+    snapshots_deleted: int = 0
+    # Whether the key store also made the destroyed keys unrecoverable from its storage
+    # (SQLite: free space zeroed, WAL truncated; PostgreSQL: key table rewritten). False:
+    # the keys are destroyed, but old bytes may linger until the next erasure purges.
+    purged: bool = True
+    # Events whose content was stored unencrypted (written before encryption, or with
+    # the setting ``encryption`` off): destroying keys cannot erase it (docs/erasure.md).
+    unencrypted_events: int = 0
+
+
 # ------------------------------------------------------- read-model rows
 class WorkingSetEntry(Result):
     """One session of the working set: who started it, its counters, when it was last active."""

@@ -133,6 +133,33 @@ class LedgerSettings(BaseSettings):
             "plain SHA-256. Must stay the same for the life of a ledger."
         ),
     )
+    encryption: bool = Field(
+        default=False,
+        description=(
+            "Encrypt each session's content at rest (AES-256-GCM, a data key per session or "
+            "user), so that erase() can destroy it; appends cost about a tenth more. Off "
+            "(the default), new content is stored in the clear and erasure cannot reach it "
+            "(docs/erasure.md)."
+        ),
+    )
+    key_scope: Literal["session", "user"] = Field(
+        default="session",
+        description=(
+            "Whose data key encrypts a session's content: the session's own (each session "
+            "erasable alone) or that of the user who started it (one key per user; "
+            "erase_user)."
+        ),
+    )
+    key_cache_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        allow_inf_nan=False,
+        description=(
+            "How long a data key -- or the fact that it was destroyed -- is kept in memory; "
+            "another process's erasure reaches this one within that time."
+        ),
+    )
     projections_url: str | None = Field(
         default=None,
         description="SQLAlchemy URL of the read-model database (default: the ledger's own).",

@@ -43,6 +43,7 @@ class SessionFields(Protocol):
     evicted: bool
     closed: bool
     deleted: bool
+    erased: bool  # its content was erased (Erased): it takes no more writes
     task: TaskState
     watermark: int  # live items (oldest first) a background extractor has read
     extraction_summary: str

@@ -17,6 +17,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from chatledger.domain.aggregate import SessionFields
+from chatledger.domain.erased_forms import (
+    erased_archive,
+    erased_context,
+    erased_message,
+    erased_state,
+    erased_task,
+    erased_text,
+)
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
 from chatledger.domain.rules import merged_refs, with_merge
 from chatledger.domain.values import (
@@ -353,6 +361,31 @@ class UsageImported(SessionEvent):
         return None  # the usage read model adds it up; the session itself does not change
 
 
+class Erased(SessionEvent):
+    """The session's content was erased: the data keys it was encrypted with were destroyed.
+
+    From here on its content -- in this state and in every earlier event -- reads
+    as ``ERASED``; ids, roles, actors, times, counters and the hash chain stay.
+    ``scope`` says what was erased at once (this session, every session its user
+    started, the whole account); ``key_ids`` names the destroyed keys. An erased
+    session takes no more writes.
+    """
+
+    scope: Literal["session", "user", "tenant"]
+    key_ids: tuple[str, ...] = ()
+
+    def apply(self, aggregate: Any) -> None:
+        session: SessionFields = aggregate
+        session.erased = True
+        session.context = erased_context(session.context)
+        session.set_buffer([erased_message(m) for m in session.buffer.values()])
+        session.archives = [erased_archive(a) for a in session.archives]
+        session.state = erased_state(session.state)
+        session.task = erased_task(session.task)
+        session.extraction_summary = erased_text(session.extraction_summary)
+        session.updated_at = self.timestamp
+
+
 def _drop(session: SessionFields, message_ids: tuple[str, ...]) -> None:
     if session.watermark:  # items the extractor had read leave: its watermark moves down
         gone = set(message_ids)
@@ -387,6 +420,7 @@ EVENT_TYPES: tuple[type[SessionEvent], ...] = (
     CompactionPrepared,
     CompactionCleared,
     UsageImported,
+    Erased,
 )
 EventName = Literal[
     "Started",
@@ -408,6 +442,7 @@ EventName = Literal[
     "CompactionPrepared",
     "CompactionCleared",
     "UsageImported",
+    "Erased",
 ]
 
 

@@ -34,6 +34,14 @@ class AccessDenied(ChatLedgerError, PermissionError):
     """The principal may not touch that session (another tenant, not an admin)."""
 
 
+class SessionErased(ChatLedgerError):
+    """The session's content was erased: it takes no more writes (and cannot be forked).
+
+    Its history stays -- event types, actors, times, counters, the hash chain --
+    with the content reading as erased. Start a new session under another key.
+    """
+
+
 class ConcurrencyConflict(ChatLedgerError):
     """Another writer changed the session in a way that makes retrying wrong."""
 

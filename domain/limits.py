@@ -25,6 +25,7 @@ from datetime import datetime
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.ports import Summary
 from chatledger.domain.values import (
+    ERASED_ITEM,
     ClientContext,
     Message,
     has_control_characters,
@@ -202,6 +203,11 @@ def check_message(message: Message, limits: Limits) -> Message:
         if has_control_characters(message.name):
             raise InvalidInput("Message name contains control characters; use printable text.")
     check_aware(message.created_at, "Message created_at")
+    if message.erased:
+        raise InvalidInput(
+            f"Items of type {ERASED_ITEM!r} are what erased content reads as; they cannot be "
+            "recorded. Pass the item itself."
+        )
     tool = message.tool_call
     if tool is not None:
         check_int(tool.prompt_tokens, "tool_call.prompt_tokens", maximum=MAX_TOKENS)

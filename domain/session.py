@@ -26,6 +26,7 @@ from chatledger.domain.events import (
     CompactionCleared,
     CompactionPrepared,
     Deleted,
+    Erased,
     Evicted,
     ExtractionAdvanced,
     Forked,
@@ -40,7 +41,12 @@ from chatledger.domain.events import (
     UsageImported,
 )
 from chatledger.domain.eventsourced import DomainEvent
-from chatledger.domain.failures import ConcurrencyConflict, InvalidInput, UnknownSession
+from chatledger.domain.failures import (
+    ConcurrencyConflict,
+    InvalidInput,
+    SessionErased,
+    UnknownSession,
+)
 from chatledger.domain.identity import session_id
 from chatledger.domain.values import (
     ArchiveSummary,
@@ -53,11 +59,13 @@ from chatledger.domain.values import (
 )
 
 DEFAULT_COMPRESS_THRESHOLD = 10
-SessionStatus = Literal["live", "evicted", "closed", "deleted"]
+SessionStatus = Literal["live", "evicted", "closed", "deleted", "erased"]
 LIVE: Final = "live"
 EVICTED: Final = "evicted"
 CLOSED: Final = "closed"
 DELETED: Final = "deleted"
+ERASED_STATUS: Final = "erased"
+ErasureScope = Literal["session", "user", "tenant"]
 
 
 class SessionCounters(NamedTuple):
@@ -108,6 +116,7 @@ class SessionState(BaseModel):
     extraction_summary: str = ""
     pending_compaction: CompactionToken | None = None
     archive_refs: tuple[ArchiveRef, ...] | None = None
+    erased: bool = False
 
 
 class Session(BaseAggregate[UUID]):
@@ -135,6 +144,7 @@ class Session(BaseAggregate[UUID]):
         self.closed = False  # evicted because its client closed it
         self.state: dict[str, Any] = {}  # the key-value state (StateChanged)
         self.deleted = False  # Deleted: the key starts afresh (Restarted)
+        self.erased = False  # Erased: its content is gone; no more writes
         self.task = TaskState()  # the agent's working state (TaskStateChanged)
         self.watermark = 0  # live items a background extractor has read (ExtractionAdvanced)
         self.extraction_summary = ""
@@ -179,6 +189,11 @@ class Session(BaseAggregate[UUID]):
         timestamp: datetime,
     ) -> Session:
         """A new session in the origin's tenant carrying the origin's current state."""
+        if origin.erased:
+            raise SessionErased(
+                f"Session {origin.key!r} was erased: there is no content left to fork. "
+                "Nothing was recorded."
+            )
         return cls._create(
             Forked,
             id=session_id(origin.tenant, key),
@@ -227,6 +242,32 @@ class Session(BaseAggregate[UUID]):
         if self.deleted:
             self.trigger_event(
                 Restarted, context=context or ClientContext(), actor=actor, timestamp=timestamp
+            )
+
+    def erase(
+        self,
+        scope: ErasureScope,
+        key_ids: Sequence[str],
+        *,
+        actor: Principal,
+        timestamp: datetime,
+    ) -> bool:
+        """Record that the session's content was erased (its keys destroyed by the caller);
+        ``False`` if it was erased already (then nothing is recorded)."""
+        if self.erased:
+            return False
+        self.trigger_event(
+            Erased, scope=scope, key_ids=tuple(key_ids), actor=actor, timestamp=timestamp
+        )
+        return True
+
+    def require_writable(self) -> None:
+        """``SessionErased`` for an erased session (it takes no more writes)."""
+        if self.erased:
+            raise SessionErased(
+                f"Session {self.key!r} was erased: its content is gone; it takes no more writes "
+                "and cannot be forked. Start a new session under another key. Nothing was "
+                "recorded."
             )
 
     def require_present(self) -> None:
@@ -498,8 +539,11 @@ class Session(BaseAggregate[UUID]):
 
         The same steps as the library's version without its per-call dictionary
         copies and topic checks, on the ledger's hottest path. Every command
-        passes ``timestamp`` (time is injected, never read here).
+        passes ``timestamp`` (time is injected, never read here). An erased session
+        refuses every event (``SessionErased``).
         """
+        if self.erased:
+            self.require_writable()
         if self._write_key is not None:
             kwargs["idempotency_key"], self._write_key = self._write_key, None
         version = self._version + 1
@@ -572,7 +616,9 @@ class Session(BaseAggregate[UUID]):
 
     @property
     def status(self) -> SessionStatus:
-        """LIVE, or why it left the working set: EVICTED or CLOSED."""
+        """LIVE, or why it left the working set: EVICTED or CLOSED (or DELETED, ERASED)."""
+        if self.erased:
+            return ERASED_STATUS
         if self.deleted:
             return DELETED
         if not self.evicted:
@@ -644,6 +690,7 @@ class Session(BaseAggregate[UUID]):
             extraction_summary=self.extraction_summary,
             pending_compaction=self.pending_compaction,
             archive_refs=None if self.archive_refs is None else tuple(self.archive_refs),
+            erased=self.erased,
         )
 
     @classmethod
@@ -686,6 +733,7 @@ class Session(BaseAggregate[UUID]):
         session.watermark = state.watermark
         session.extraction_summary = state.extraction_summary
         session.pending_compaction = state.pending_compaction
+        session.erased = state.erased
         session.rebuilt_from = (version, session.state_items)
         return session
 

@@ -17,6 +17,11 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
 PrincipalRole = Literal["member", "admin"]
 EvictionReason = Literal["idle", "lru", "admin"]
+ERASED = "[erased]"
+"""What erased content reads as: message text, summaries, state values, task text."""
+ERASED_ITEM = "chatledger.erased"
+"""The ``type`` of the item an erased message carries: ``{"type": ERASED_ITEM, "tokens": n}``
+keeps the token count the message had, so counters replay the same after erasure."""
 
 
 class Value(BaseModel):
@@ -111,16 +116,20 @@ class Message(Value):
 
     @property
     def tokens(self) -> int:
-        if self.content or self.item is None:
-            return estimate_tokens(self.content)
-        # An item with no text of its own (say, a tool call the summarizer does not
-        # know) still takes room in a prompt: count its JSON.
-        return estimate_tokens(json.dumps(self.item, separators=(",", ":")))
+        return message_tokens(self.content, self.item)
+
+    @property
+    def erased(self) -> bool:
+        """Whether the message's content was erased (it reads as ``ERASED``)."""
+        item = self.item
+        return item is not None and item.get("type") == ERASED_ITEM
 
     def as_item(self) -> dict[str, Any]:
-        """The JSON object an agent framework gave (or ``{"role", "content"}`` for text)."""
-        if self.item is not None:
-            return self.item
+        """The JSON object an agent framework gave (or ``{"role", "content"}`` for text; an
+        erased message is a plain message saying ``ERASED``, whatever item it was)."""
+        item = self.item
+        if item is not None and item.get("type") != ERASED_ITEM:
+            return item
         return {"role": self.role, "content": self.content}
 
 
@@ -153,6 +162,23 @@ class ArchiveSummary(Value):
 def estimate_tokens(content: str) -> int:
     """The token estimate of a message: a quarter of its characters, at least one."""
     return max(1, len(content) // 4)
+
+
+def message_tokens(content: str, item: dict[str, Any] | None) -> int:
+    """The tokens of a message with this ``content`` and ``item`` (``Message.tokens``).
+
+    An item with no text of its own (say, a tool call the summarizer does not know)
+    still takes room in a prompt: its JSON is counted. An erased message counts what
+    it counted before (its item keeps the number).
+    """
+    if item is None:
+        return estimate_tokens(content)
+    if item.get("type") == ERASED_ITEM:
+        kept = item.get("tokens")
+        return kept if type(kept) is int else estimate_tokens(content)
+    if content:
+        return estimate_tokens(content)
+    return estimate_tokens(json.dumps(item, separators=(",", ":")))
 
 
 class TaskState(Value):

@@ -1,8 +1,11 @@
 """Events that carry archives, as the archive-history read model sees them.
 
-The persisted archive history needs archive bodies (overview, abstract,
-covered ids), which the stored facts do not hold, so it decodes just the
-events that carry archives: ``Committed``, ``ArchiveMerged`` and ``Forked``.
+The persisted archive history needs what the stored facts do not hold -- the
+archive ids, covered message ids, tokens and times of each archive -- so it
+decodes just the events that carry archives: ``Committed``, ``ArchiveMerged``
+and ``Forked``. It needs no content (overviews and abstracts are read from
+these events when asked for), so it reads the same whether content is
+encrypted, erased or neither.
 ``archive_event_from_json`` reads the stored JSON form straight into a small
 slotted record (several times cheaper than validating the pydantic event);
 ``archive_event_from_event`` builds the very same record from a domain event
@@ -32,8 +35,6 @@ class ArchiveFacts:
     """One archive summary, as recorded by a ``Committed``, ``ArchiveMerged`` or fork."""
 
     archive_id: str
-    overview: str
-    abstract: str
     message_ids: tuple[str, ...]
     tokens: int
     created_at_us: int
@@ -58,8 +59,6 @@ class ArchiveEvent:
 def _archive_from_json(data: dict[str, Any]) -> ArchiveFacts:
     return ArchiveFacts(
         data["archive_id"],
-        data["overview"],
-        data["abstract"],
         tuple(data["message_ids"]),
         data["tokens"],
         to_micros(datetime.fromisoformat(data["created_at"])),
@@ -104,8 +103,6 @@ def archive_event_from_json(
 def _archive_facts(archive: ArchiveSummary) -> ArchiveFacts:
     return ArchiveFacts(
         archive.archive_id,
-        archive.overview,
-        archive.abstract,
         tuple(archive.message_ids),
         archive.tokens,
         to_micros(archive.created_at),

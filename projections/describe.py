@@ -9,6 +9,7 @@ from chatledger.domain.events import (
     CommitFailed,
     Committed,
     Deleted,
+    Erased,
     Evicted,
     Forked,
     ItemsRemoved,
@@ -64,6 +65,8 @@ def describe_event(event: SessionEvent) -> str:
         return "deleted: the key starts afresh (history kept)"
     if isinstance(event, Restarted):
         return "started afresh after a deletion"
+    if isinstance(event, Erased):
+        return f"content erased ({event.scope}): keys destroyed, history kept"
     if isinstance(event, ItemsRemoved):
         return f"{event.reason}: {len(event.message_ids)} items left the buffer (not archived)"
     if isinstance(event, TailReplaced):

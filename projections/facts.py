@@ -27,6 +27,7 @@ from chatledger.domain.events import (
     CompactionCleared,
     CompactionPrepared,
     Deleted,
+    Erased,
     Evicted,
     ExtractionAdvanced,
     Forked,
@@ -185,6 +186,8 @@ def _summary(event: SessionEvent) -> str:
         return f"compaction token {event.reason}"
     if isinstance(event, Restarted):
         return "started afresh after a deletion"
+    if isinstance(event, Erased):
+        return f"content erased ({event.scope}; {_count(len(event.key_ids), 'key')} destroyed)"
     if isinstance(event, ItemsRemoved):
         verb = {"remove": "removed", "pop": "popped", "clear": "cleared"}[event.reason]
         return f"{verb} {_count(len(event.message_ids), 'item')} from the buffer"

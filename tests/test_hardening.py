@@ -473,14 +473,18 @@ def _rehash(header: str, records: list[dict[str, Any]]) -> list[str]:
     return [header, *(json.dumps(r) for r in records)]
 
 
-def test_export_payloads_are_json_objects(ledger: SessionLedger) -> None:
-    """Export format 2 carries each payload as a JSON object that re-encodes to the stored bytes."""
-    ledger.add_message(ALICE, "s1", "user", 'naïve ✓ "quoted" \\ back\nslash')
-    header, records = _export_records(ledger)
-    assert json.loads(header)["format_version"] == 2
-    assert [r["event"]["c"] for r in records[1:]] == [  # a message's text (stored form 2)
-        'naïve ✓ "quoted" \\ back\nslash'
-    ]
+def test_export_payloads_are_json_objects(make_ledger: Callable[..., SessionLedger]) -> None:
+    """Export format 3 carries each payload as a JSON object that re-encodes to the stored
+    bytes: a message's text itself without encryption (stored form 2), its ciphertext
+    (``sealed``) with it."""
+    text = 'naïve ✓ "quoted" \\ back\nslash'
+    make_ledger().add_message(ALICE, "plain", "user", text)
+    make_ledger(encryption=True).add_message(ALICE, "sealed", "user", text)
+    header, records = _export_records(make_ledger())
+    assert json.loads(header)["format_version"] == 3
+    added = {r["key"]: r["event"] for r in records if r["type"] == "MessageAdded"}
+    assert added["plain"]["c"] == text
+    assert "c" not in added["sealed"] and added["sealed"]["sealed"]["c"]
     assert all("state" not in r for r in records)
 
 

@@ -131,11 +131,15 @@ def test_the_upgrade_keeps_the_log_order_and_moves_positions_past_the_old_ones(
 
 
 def test_old_read_models_resume_where_they_stopped(old_ledger_url: str) -> None:
-    """Read models of the old ledger keep their positions and apply just what they lacked."""
+    """Read models of the old ledger keep their positions and apply just what they lacked --
+    but the archive history, whose rows changed since (no content: the read model's
+    version 3), which is rebuilt."""
     with SessionLedger(old_ledger_url) as ledger, ReadModels(ledger) as models:
-        assert models.reset_on_start == ()
-        assert set(models.positions().values()) == {CAUGHT_UP_TO}
-        assert models.catch_up() == EVENTS - CAUGHT_UP_TO
+        assert models.reset_on_start == ("archives",)
+        positions = models.positions()
+        assert positions.pop("archives") == 0
+        assert set(positions.values()) == {CAUGHT_UP_TO}
+        assert models.catch_up() == EVENTS
         assert set(models.positions().values()) == {EVENTS} == {models.head()}
         later = ledger.add_message(BOB, "s1", "user", "back again")
         models.wait_for_projections(later.position, timeout=5)

@@ -6,6 +6,7 @@ The commands live in group modules, which this module imports and merges into
 - ``inspection``: show, context, log, diff, fork, sessions, usage
 - ``integrity``: verify, export, import
 - ``operations``: project, rebuild, migrate
+- ``erasure``: erase
 - ``demo``: demo
 - ``web``: serve (the viewer, from the ``web`` extra)
 
@@ -21,7 +22,14 @@ from typing import Annotated
 
 import typer
 
-from chatledger.cli import demo_command, inspection, integrity_commands, operations, serve_command
+from chatledger.cli import (
+    demo_command,
+    erase_command,
+    inspection,
+    integrity_commands,
+    operations,
+    serve_command,
+)
 from chatledger.cli.common import Command, ExitCode, Group
 
 __all__ = ["ExitCode", "app", "main", "projector_main"]
@@ -38,8 +46,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 for _group in (
-    inspection.group, integrity_commands.group, operations.group, demo_command.group,
-    serve_command.group,
+    inspection.group, integrity_commands.group, erase_command.group, operations.group,
+    demo_command.group, serve_command.group,
 ):  # fmt: skip
     app.add_typer(_group)
 

@@ -54,7 +54,7 @@ class ExitCode(enum.IntEnum):
     NOT_FOUND = 3  # no such session, ledger database or input file
     UNAVAILABLE = 4  # the database cannot be reached or used (or read models lag)
     DENIED = 5  # the principal may not touch that account
-    CONFLICT = 6  # another writer made the change impossible; retry
+    CONFLICT = 6  # another writer made the change impossible (retry), or the session is erased
     INTERNAL = 70  # a bug: an error chatledger does not expect (-v shows the traceback)
     INTERRUPTED = 130  # Ctrl-C
 
@@ -82,6 +82,7 @@ def exit_code_for(error: BaseException) -> ExitCode:
         (errors.LedgerNotFound, ExitCode.NOT_FOUND),
         (errors.AccessDenied, ExitCode.DENIED),
         (errors.ConcurrencyConflict, ExitCode.CONFLICT),
+        (errors.SessionErased, ExitCode.CONFLICT),
         (errors.StoreUnavailable, ExitCode.UNAVAILABLE),  # ProjectionTimeout too
     )
     return next((code for kind, code in table if isinstance(error, kind)), ExitCode.INTERNAL)

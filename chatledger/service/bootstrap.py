@@ -15,7 +15,9 @@ from typing import Any
 
 from chatledger.adapters.chain_key import check_chain_key
 from chatledger.adapters.database import SQLAlchemyError, create_store_engine, sqlite_file
-from chatledger.adapters.schema import create_tables, require_tables
+from chatledger.adapters.key_store import SqlKeyStore
+from chatledger.adapters.keyring import KeyRing
+from chatledger.adapters.schema import create_tables, keys_table, require_tables
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.adapters.summarizer import ExtractiveSummarizer
 from chatledger.domain.failures import (
@@ -24,7 +26,7 @@ from chatledger.domain.failures import (
     StoreUnavailable,
 )
 from chatledger.domain.limits import Limits
-from chatledger.domain.ports import ArchiveStore, Clock, Summarizer
+from chatledger.domain.ports import ArchiveStore, Clock, KeyStore, Summarizer
 from chatledger.service.commits import CommitPolicy, CommitRunner
 from chatledger.service.core import Core, checked_clock
 from chatledger.service.sessions import SessionStore
@@ -42,6 +44,7 @@ def build(
     settings: LedgerSettings | None = None,
     summarizer: Summarizer | None = None,
     archive_store: ArchiveStore | None = None,
+    key_store: KeyStore | None = None,
     clock: Clock | None = None,
     **options: Any,
 ) -> Core:
@@ -51,12 +54,16 @@ def build(
         raise InvalidSettings("summarizer must have summarize() and merge() methods.")
     if archive_store is not None and not isinstance(archive_store, ArchiveStore):
         raise InvalidSettings("archive_store must have put() and get() methods.")
+    if key_store is not None and not isinstance(key_store, KeyStore):
+        raise InvalidSettings(
+            "key_store must have key_for(), get(), records(), destroy(), restore() and purge()."
+        )
     limits = Limits(
         max_content_chars=settings.max_content_chars,
         max_meta_bytes=settings.max_meta_bytes,
         max_event_bytes=settings.max_event_bytes,
     )
-    store = open_store(settings)
+    store = open_store(settings, key_store)
     sessions = SessionStore(
         store, cache_size=settings.cache_size, busy_timeout=settings.busy_timeout
     )
@@ -72,14 +79,18 @@ def build(
         derive_objective=settings.derive_objective,
     )
     commits = CommitRunner(
-        sessions, summarizer or ExtractiveSummarizer(), archive_store, policy, now
-    )
+        sessions, summarizer or ExtractiveSummarizer(), archive_store, policy, now,
+        body_sealer=lambda session: store.keyring.archive_sealer(session, now()),
+    )  # fmt: skip
     return Core(settings, limits, now, store, sessions, commits)
 
 
-def open_store(settings: LedgerSettings) -> EventStoreApplication:
+def open_store(
+    settings: LedgerSettings, key_store: KeyStore | None = None
+) -> EventStoreApplication:
     """The event store at ``settings.url``: created or upgraded with ``create_tables``,
-    else only checked (``LedgerNotFound`` for a missing ledger); the chain key checked."""
+    else only checked (``LedgerNotFound`` for a missing ledger); the chain key checked;
+    content sealed with keys from ``key_store`` (default: the database's key table)."""
     path = sqlite_file(settings.url)
     if not settings.create_tables and path is not None and not Path(path).is_file():
         raise LedgerNotFound(
@@ -97,11 +108,18 @@ def open_store(settings: LedgerSettings) -> EventStoreApplication:
         chain_key = settings.chain_key
         key = chain_key.get_secret_value().encode() if chain_key else None
         check_chain_key(engine, key, record=settings.create_tables)
+        keyring = KeyRing(
+            key_store or SqlKeyStore(engine, keys_table),
+            scope=settings.key_scope,
+            seal=settings.encryption,
+            ttl=settings.key_cache_seconds,
+        )
         return EventStoreApplication(
             engine,
             snapshot_interval=settings.snapshot_interval,
             chain_key=key,
             max_event_bytes=settings.max_event_bytes,
+            keyring=keyring,
         )
     except (LedgerNotFound, InvalidSettings, StoreUnavailable):
         engine.dispose()

@@ -39,6 +39,8 @@ from chatledger.service.sessions import AlreadyRecorded, SessionStore, check_exp
 from chatledger.service.working import derived_objective
 
 logger = logging.getLogger("chatledger.commits")
+BodySealer = Callable[[Session], Callable[[ArchiveBody], ArchiveBody] | None]
+"""Given the session (under its lock), what encrypts its archive bodies (None: nothing)."""
 KEPT_TASKS = 10_000
 """Finished ``wait=False`` commits remembered for ``task()`` (oldest forgotten first)."""
 
@@ -68,6 +70,7 @@ class _Pending:
     task_id: str
     archive_id: str | None = None  # the caller's, or a fresh one
     kept: bool = False  # a snapshot archive: the messages stay live
+    seal: Callable[[ArchiveBody], ArchiveBody] | None = None  # encrypts the archive body
 
 
 class CommitRunner:
@@ -80,8 +83,10 @@ class CommitRunner:
         archive_store: ArchiveStore | None,
         policy: CommitPolicy,
         now: Callable[[], datetime],
+        body_sealer: BodySealer | None = None,
     ) -> None:
         self.sessions = sessions
+        self.body_sealer = body_sealer
         self.summarizer = summarizer
         self.archive_store = archive_store
         self.policy = policy
@@ -115,6 +120,7 @@ class CommitRunner:
                 return self._commit_recorded(rows)
         with self.sessions.lock(sid):
             session = self.sessions.require(target)
+            session.require_writable()
             if expected_version is not None:
                 check_expected(session, expected_version)
             if message_ids is not None:
@@ -134,8 +140,12 @@ class CommitRunner:
                 self._inflight.add(sid)
             chosen = set(message_ids) if message_ids is not None else None
             messages = [m for m in session.buffer.values() if chosen is None or m.id in chosen]
+            sealer = self.body_sealer
+            seal = None if sealer is None or self.archive_store is None else sealer(session)
         task_id = new_id()
-        pending = _Pending(target, messages, new_id(), idempotency_key, task_id, archive_id, kept)
+        pending = _Pending(
+            target, messages, new_id(), idempotency_key, task_id, archive_id, kept, seal
+        )
         self._tasks[task_id] = CommitTask(task_id=task_id, key=target.key, status="processing")
         if wait:
             return self._run_task(task_id, principal, pending)
@@ -239,17 +249,16 @@ class CommitRunner:
         )
         if self.archive_store is not None:
             target = pending.target
-            self.archive_store.put(
-                ArchiveBody(
-                    archive_id=archive.archive_id,
-                    session_id=target.session_id.hex,
-                    tenant=target.tenant,
-                    key=target.key,
-                    messages=tuple(pending.messages),
-                    overview=archive.overview,
-                    abstract=archive.abstract,
-                )
+            body = ArchiveBody(
+                archive_id=archive.archive_id,
+                session_id=target.session_id.hex,
+                tenant=target.tenant,
+                key=target.key,
+                messages=tuple(pending.messages),
+                overview=archive.overview,
+                abstract=archive.abstract,
             )
+            self.archive_store.put(body if pending.seal is None else pending.seal(body))
         elif self.policy.require_archive_store:
             raise StoreUnavailable("archive store unavailable")
         return archive
@@ -330,6 +339,7 @@ class CommitRunner:
         check_int(max_count, "max_count", minimum=2)
         with self.sessions.lock(sid):
             current = self.sessions.require(target)
+            current.require_writable()
             if expected_version is not None:
                 check_expected(current, expected_version)
             live = list(current.archives)

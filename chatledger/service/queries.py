@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from chatledger.adapters.audit_log import query_audit
+from chatledger.adapters.audit_log import query_audit, query_rows_at
 from chatledger.adapters.sql_projector import store_errors
 from chatledger.adapters.sql_read_models import (
     query_archives,
@@ -32,12 +32,12 @@ from chatledger.adapters.timeline import (
 )
 from chatledger.boundary import public
 from chatledger.domain.access import query_scope, target
-from chatledger.domain.events import Forked
+from chatledger.domain.events import ArchiveMerged, Committed, Forked
 from chatledger.domain.failures import InvalidInput, UnknownSession
 from chatledger.domain.limits import check_aware, check_int
 from chatledger.domain.session import SessionStatus
 from chatledger.domain.timestamps import from_micros, to_micros
-from chatledger.domain.values import Principal
+from chatledger.domain.values import ArchiveSummary, Principal
 from chatledger.projections.facts import EVENT_NAMES
 from chatledger.results import (
     ArchiveEntry,
@@ -51,7 +51,7 @@ from chatledger.results import (
 from chatledger.service.sessions import SessionStore, unknown
 
 ORDERS = ("last_activity", "created", "key", "pending_tokens")
-STATUSES = ("live", "evicted", "closed")
+STATUSES = ("live", "evicted", "closed", "erased")
 MAX_SEARCH = 256
 MAX_PAGE = 10_000
 
@@ -81,7 +81,7 @@ class ReadModelQueries:
 
         ``order="pending_tokens"`` puts the sessions with most uncommitted tokens
         first; ``status`` keeps only sessions of that status (``live``,
-        ``evicted`` or ``closed``; it overrides ``include_evicted``); ``search``
+        ``evicted``, ``closed`` or ``erased``; it overrides ``include_evicted``); ``search``
         keeps sessions whose key contains the text, ignoring case.
         """
         if order not in ORDERS:
@@ -118,7 +118,33 @@ class ReadModelQueries:
         sid = target(principal, key, account_id).session_id
         with store_errors("read the archive history"), self.engine.connect() as connection:
             rows = query_archives(connection, session_id=sid, include_merged=bool(include_merged))
-        return [ArchiveEntry.model_validate(_times(r, created_at="created_at_us")) for r in rows]
+        texts = self._archive_texts(r["position"] for r in rows)
+        return [
+            ArchiveEntry.model_validate(
+                _times(r, created_at="created_at_us")
+                | dict(
+                    zip(("overview", "abstract"), texts.get(r["archive_id"], ("", "")), strict=True)
+                )
+            )
+            for r in rows
+        ]
+
+    def _archive_texts(self, positions: Iterable[int]) -> dict[str, tuple[str, str]]:
+        """Overview and abstract of every archive the events at ``positions`` carry, decoded
+        (and decrypted: erased content reads as erased)."""
+        with store_errors("read the archive history"), self.store.connect() as connection:
+            stored = query_rows_at(connection, positions)
+        texts: dict[str, tuple[str, str]] = {}
+        for row in stored:
+            event = self.sessions.decode(row)
+            if isinstance(event, Committed | ArchiveMerged):
+                archives: tuple[ArchiveSummary, ...] = (event.archive,)
+            elif isinstance(event, Forked):
+                archives = event.archives
+            else:
+                continue
+            texts.update((a.archive_id, (a.overview, a.abstract)) for a in archives)
+        return texts
 
     @public
     def audit(

@@ -101,6 +101,10 @@ def fork(
     if new.session_id == origin.session_id:
         raise InvalidInput("A fork needs a new key, different from the origin's.")
     copied = sessions.as_of(origin, at_version)
+    with sessions.lock(origin.session_id):
+        latest = sessions.load(origin.session_id)
+    if latest is not None:
+        latest.require_writable()  # erased since: there is no content left to copy
 
     def refuse_existing(session: Session) -> None:
         if not session.pending_events:

@@ -2,10 +2,14 @@
 
 ``export`` writes a header line and one line per event, in order, with its
 hash; payloads as JSON objects where re-encoding gives the exact stored bytes.
-``import_`` checks the ledger is empty before reading the file, re-verifies
-every chain, replays every event (``integrity.replay_row``: decodable,
-applicable, identities that derive), then records all of it in one
-transaction -- or nothing.
+The first event sealed with a data key also carries that key (``data_key``:
+its material, or none once destroyed -- the content is erased), so an export
+reads in the ledger it is imported into, and one made after an erasure holds
+neither the key nor the content. ``import_`` checks the
+ledger is empty before reading the file, re-verifies every chain, replays every
+event (``integrity.replay_row``: decodable, applicable, identities that derive;
+sealed content opened with the file's keys), then takes over the keys and
+records all the events in one transaction -- or nothing.
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError
+from pydantic import ValidationError
 
 from chatledger.adapters.chain import ChainRow, first_breaks
+from chatledger.adapters.sealing import key_id_of
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.failures import InvalidInput
+from chatledger.domain.ports import KeyRecord, KeyStore
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
 from chatledger.domain.values import Principal
@@ -31,9 +38,10 @@ from chatledger.service.integrity import sessions_of
 from chatledger.service.replay_check import Forged, Unreplayable, replay_row
 
 EXPORT_FORMAT = "chatledger/export"
-EXPORT_FORMAT_VERSION = 2
-"""2: payloads as JSON objects (``event``) where exact; 1: payloads as text (``state``)."""
-READABLE_FORMAT_VERSIONS = (1, 2)
+EXPORT_FORMAT_VERSION = 3
+"""3: events carry the data keys (``data_key``); 2: payloads as JSON objects (``event``)
+where exact; 1: payloads as text (``state``)."""
+READABLE_FORMAT_VERSIONS = (1, 2, 3)
 
 
 def export(store: EventStoreApplication, principal: Principal, key: str | None) -> Iterator[str]:
@@ -45,8 +53,12 @@ def export(store: EventStoreApplication, principal: Principal, key: str | None) 
             "keyed_chain": chain_key is not None,
         }
     )
+    keys = store.keyring.store
+    written: set[str] = set()
     for tenant, skey, rows in sessions_of(store, principal, key):
         for row in rows:
+            payload = _payload(row.state)
+            key_id = key_id_of(payload["event"]) if "event" in payload else None
             record: dict[str, Any] = {
                 "position": row.position,
                 "session_id": row.originator_id.hex,
@@ -57,10 +69,24 @@ def export(store: EventStoreApplication, principal: Principal, key: str | None) 
                 "topic": row.topic,
                 "timestamp": from_micros(row.timestamp_us).isoformat(),
                 "timestamp_us": row.timestamp_us,
-                **_payload(row.state),
+                **payload,
                 "hash": row.hash.hex(),
             }
+            if key_id is not None and key_id not in written:
+                written.add(key_id)
+                record["data_key"] = _key_line(keys, key_id)
             yield json.dumps(record, ensure_ascii=False)
+
+
+def _key_line(keys: KeyStore, key_id: str) -> dict[str, Any]:
+    """A data key as an export carries it (material in base64; none once destroyed)."""
+    found = keys.records(key_ids=[key_id])
+    material = keys.get(key_id)
+    line: dict[str, Any] = {"key_id": key_id}
+    if found:
+        line.update(found[0].model_dump(mode="json", exclude={"key_id"}))
+    line["material"] = None if material is None else base64.b64encode(material).decode()
+    return line
 
 
 def _payload(state: bytes) -> dict[str, Any]:
@@ -97,7 +123,12 @@ def _state_of(record: dict[str, Any]) -> bytes:
     return str(record["state"]).encode()
 
 
-def _parse(lines: Iterable[str]) -> list[ChainRow]:
+Keys = dict[str, tuple[KeyRecord | None, bytes | None]]
+"""The data keys of an export by id: what is known of each, and its material (if any)."""
+
+
+def _parse(lines: Iterable[str], keys: Keys) -> list[ChainRow]:
+    """The events of an export (its data keys go into ``keys``)."""
     rows: list[ChainRow] = []
     header_seen = False
     for number, line in enumerate(lines, start=1):
@@ -122,6 +153,8 @@ def _parse(lines: Iterable[str]) -> list[ChainRow]:
                 )
             header_seen = True
             continue
+        if "data_key" in record:
+            keys.update([_parse_key(record["data_key"], number)])
         try:
             rows.append(
                 ChainRow(
@@ -143,6 +176,19 @@ def _parse(lines: Iterable[str]) -> list[ChainRow]:
     return rows
 
 
+def _parse_key(line: Any, number: int) -> tuple[str, tuple[KeyRecord | None, bytes | None]]:
+    try:
+        key_id = str(line["key_id"])
+        material = line.get("material")
+        known = {k: v for k, v in line.items() if k != "material"}
+        record = KeyRecord.model_validate(known) if "scope" in known else None
+        return key_id, (record, None if material is None else base64.b64decode(material))
+    except (KeyError, TypeError, ValueError, ValidationError) as error:
+        raise InvalidInput(
+            f"Line {number} is not a valid data key ({error!r}); nothing was imported."
+        ) from None
+
+
 def import_(
     store: EventStoreApplication, lines: Iterable[str], progress: ImportProgress | None = None
 ) -> ImportResult:
@@ -153,7 +199,8 @@ def import_(
             "database. Nothing was imported."
         )
     report = progress or _no_progress
-    rows = _parse(lines)
+    keys: Keys = {}
+    rows = _parse(lines, keys)
     report("read", len(rows), len(rows))
     rows.sort(key=lambda r: (r.originator_id.bytes, r.version))
     broken = next(first_breaks(rows, recorder.chain_key), None)
@@ -175,9 +222,30 @@ def import_(
                 f"({after.position}) before its predecessor's ({before.position}); a "
                 "session's events follow each other in the log. Nothing was imported."
             )
+    ring = store.keyring
+    with ring.overlay({key_id: material for key_id, (_, material) in keys.items()}):
+        facts = _replay(store, rows, report)
+    rows.sort(key=lambda r: r.position)
+    try:
+        for record, material in keys.values():
+            if record is not None:
+                ring.store.restore(record, material)
+        recorder.insert_exported(rows, [facts[r.position] for r in rows])
+    except IntegrityError as error:
+        raise InvalidInput(
+            f"Import needs an empty ledger ({error}); nothing was imported."
+        ) from None
+    report("write", len(rows), len(rows))
+    return ImportResult(sessions=len({r.originator_id for r in rows}), events=len(rows))
+
+
+def _replay(
+    store: EventStoreApplication, rows: list[ChainRow], report: ImportProgress
+) -> dict[int, StoredFacts]:
+    """Every event replayed (it must rebuild, or it could not load): their stored facts."""
     facts: dict[int, StoredFacts] = {}
     session: Session | None = None
-    for done, row in enumerate(rows, start=1):  # every event must rebuild, or it could not load
+    for done, row in enumerate(rows, start=1):
         if row.version == 1:  # rows are in (session, version) order: a new session
             session = None
         try:
@@ -195,15 +263,7 @@ def import_(
         if done % _PROGRESS_EVERY == 0:
             report("verify", done, len(rows))
     report("verify", len(rows), len(rows))
-    rows.sort(key=lambda r: r.position)
-    try:
-        recorder.insert_exported(rows, [facts[r.position] for r in rows])
-    except IntegrityError as error:
-        raise InvalidInput(
-            f"Import needs an empty ledger ({error}); nothing was imported."
-        ) from None
-    report("write", len(rows), len(rows))
-    return ImportResult(sessions=len({r.originator_id for r in rows}), events=len(rows))
+    return facts
 
 
 ImportProgress = Callable[[str, int, int], None]

@@ -57,6 +57,7 @@ STATUSES: dict[str, SessionStatus | None] = {
     "live": "live",
     "evicted": "evicted",
     "closed": "closed",
+    "erased": "erased",
     "all": None,
 }
 
@@ -316,6 +317,7 @@ class VersionPage:
     hidden_context: int
     budget: int
     started: Started | Forked | None
+    erased: bool  # the session's content was erased (at any version)
 
 
 def version_page(
@@ -354,6 +356,7 @@ def version_page(
         hidden_context=max(0, len(context.messages) - SHOWN_MESSAGES),
         budget=budget,
         started=started,
+        erased=head.status == "erased",
     )
 
 

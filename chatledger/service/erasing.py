@@ -1,0 +1,210 @@
+"""Erasure: destroy the data keys of sessions' content, and record ``Erased`` in each session.
+
+Content is encrypted at rest with data keys (``chatledger.adapters.sealing``,
+``KeyRing``); destroying them erases it everywhere at once -- events,
+snapshots, archive bodies, exports made later -- while the events
+themselves, their facts and the hash chain stay untouched, so ``verify``
+still passes. The steps, in an order a crash cannot make unsafe:
+
+1. survey the sessions: the key ids their stored rows name, and how many
+   events hold content stored unencrypted (written before encryption, or
+   with it off), which no key can take away;
+2. destroy the keys (the content is gone from this moment; this ledger
+   forgets its cached copies);
+3. record ``Erased`` in each session (an erased session records nothing
+   again: erasing is idempotent, so a rerun after a crash completes it);
+4. delete the sessions' snapshots and sweep keys made meanwhile, then ask the
+   key store to purge the destroyed keys from its storage.
+
+A session erased on its own must have a key of its own: with ``key_scope =
+"user"`` its content shares its user's key, and erasing it alone is refused
+(``erase_user`` erases them all). Content stored unencrypted cannot be erased
+by destroying keys: unless the caller accepts that (``allow_unencrypted``), an
+erasure of sessions holding some is refused before anything is done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from chatledger.adapters.sealing import open_body
+from chatledger.adapters.shredding import Survey, delete_snapshots, started_sessions, survey
+from chatledger.domain.access import SCOPE_PREFIX, Target
+from chatledger.domain.failures import AccessDenied, ChatLedgerError, InvalidInput, UnknownSession
+from chatledger.domain.ports import ArchiveBody
+from chatledger.domain.session import ErasureScope, Session
+from chatledger.domain.values import Principal
+from chatledger.results import ErasureResult
+from chatledger.service.core import Core
+from chatledger.service.sessions import unknown
+
+logger = logging.getLogger("chatledger.erasure")
+
+
+@dataclass(frozen=True)
+class _Erasing:
+    """One session to erase: its stream, its key, what its rows name."""
+
+    sid: UUID
+    key: str
+    found: Survey
+
+
+def erase_session(
+    core: Core, principal: Principal, target: Target, *, allow_unencrypted: bool = False
+) -> ErasureResult:
+    """Erase one session (``erase``)."""
+    found = survey(core.store, target.session_id)
+    if not found.exists:
+        raise UnknownSession(unknown(target.key, target.tenant))
+    erasing = [_Erasing(target.session_id, target.key, found)]
+    _check_encrypted(erasing, allow_unencrypted)
+    keys = core.store.keyring.store
+    records = keys.records(session_id=target.session_id)
+    if found.key_ids:
+        records += keys.records(key_ids=sorted(found.key_ids))
+    shared = sorted({repr(r.user_id) for r in records if r.scope == "user"})
+    if shared:
+        raise InvalidInput(
+            f"Session {target.key!r} is encrypted with the key of its user ({', '.join(shared)}; "
+            "key_scope 'user'), which all of that user's sessions share: it cannot be erased "
+            "alone. Erase the user (erase_user), or use key_scope 'session' for sessions to be "
+            "erased one by one. Nothing was erased."
+        )
+    key_ids = sorted({r.key_id for r in records} | found.key_ids)
+    return _erase(core, principal, "session", target.tenant, None, erasing, key_ids)
+
+
+def erase_user(
+    core: Core, principal: Principal, tenant: str, user_id: str, *, allow_unencrypted: bool
+) -> ErasureResult:
+    """Erase every session ``user_id`` started in ``tenant`` (``erase_user``); shared state
+    scopes are the account's, not the user's, and stay."""
+    keys = core.store.keyring.store
+    erasing = [
+        _Erasing(sid, key, survey(core.store, sid))
+        for sid, key in started_sessions(core.store, tenant, user_id)
+        if not key.startswith(SCOPE_PREFIX)
+    ]
+    _check_encrypted(erasing, allow_unencrypted)
+    key_ids = {r.key_id for r in keys.records(tenant=tenant, user_id=user_id)}
+    for item in erasing:
+        key_ids |= item.found.key_ids
+        key_ids |= {r.key_id for r in keys.records(session_id=item.sid)}
+    return _erase(core, principal, "user", tenant, user_id, erasing, sorted(key_ids))
+
+
+def erase_tenant(
+    core: Core, principal: Principal, tenant: str, *, allow_unencrypted: bool
+) -> ErasureResult:
+    """Erase every session of an account, its shared state scopes too (``erase_tenant``)."""
+    if not principal.is_admin:
+        raise AccessDenied("Only admins may erase a whole account; nothing was erased.")
+    keys = core.store.keyring.store
+    erasing = [
+        _Erasing(sid, key, survey(core.store, sid))
+        for sid, key in started_sessions(core.store, tenant, None)
+    ]
+    _check_encrypted(erasing, allow_unencrypted)
+    key_ids = {r.key_id for r in keys.records(tenant=tenant)}
+    for item in erasing:
+        key_ids |= item.found.key_ids
+    return _erase(core, principal, "tenant", tenant, None, erasing, sorted(key_ids))
+
+
+def _check_encrypted(erasing: list[_Erasing], allowed: bool) -> None:
+    """Refuse (``InvalidInput``) to erase sessions with content stored unencrypted, unless
+    the caller accepts that it stays readable."""
+    plain = [
+        (item.key, item.found.unencrypted)
+        for item in erasing
+        if item.found.unencrypted and not item.found.erased  # erased before: accepted then
+    ]
+    if plain and not allowed:
+        named = ", ".join(f"{key!r} ({n} events)" for key, n in plain[:5])
+        more = f" and {len(plain) - 5} more" if len(plain) > 5 else ""
+        raise InvalidInput(
+            f"Content of {named}{more} was stored unencrypted (written with the setting "
+            "encryption off, or before encryption existed): destroying keys cannot erase it. "
+            "Pass allow_unencrypted=True (CLI: --allow-unencrypted) to record the erasure "
+            "anyway -- the sessions then read as erased, but that content stays in their "
+            "history and exports -- and turn encryption on for new content. Nothing was "
+            "erased."
+        )
+
+
+def _erase(
+    core: Core,
+    principal: Principal,
+    scope: ErasureScope,
+    tenant: str,
+    user_id: str | None,
+    erasing: list[_Erasing],
+    key_ids: list[str],
+) -> ErasureResult:
+    ring = core.store.keyring
+    keys = ring.store
+    now = core.now()
+    keys.destroy(key_ids, now)
+    ring.forget(key_ids, [item.sid for item in erasing])
+    erased: list[str] = []
+    already: list[str] = []
+    snapshots = unencrypted = 0
+    destroyed = set(key_ids)
+    for item in erasing:
+        named = sorted(item.found.key_ids | {r.key_id for r in keys.records(session_id=item.sid)})
+        written = core.sessions.write(item.sid, _recorder(scope, named, principal, now))
+        (erased if written.outcome else already).append(item.key)
+        snapshots += delete_snapshots(core.store, item.sid)
+        core.sessions.forget(item.sid)
+        unencrypted += item.found.unencrypted
+        # A write that slipped in between the destruction and the Erased event may
+        # have sealed with a key made meanwhile (a user's new key): destroy it too.
+        late = survey(core.store, item.sid).key_ids - destroyed
+        if late:
+            keys.destroy(sorted(late), now)
+            ring.forget(late)
+            destroyed |= late
+    try:
+        purged = bool(keys.purge())
+    except ChatLedgerError as error:  # the erasure itself is complete: say so, and why not
+        logger.warning("erasure done, but destroyed keys not purged from storage: %s", error)
+        purged = False
+    return ErasureResult(
+        scope=scope,
+        account_id=tenant,
+        user_id=user_id,
+        erased=tuple(erased),
+        already_erased=tuple(already),
+        key_ids=tuple(sorted(destroyed)),
+        snapshots_deleted=snapshots,
+        unencrypted_events=unencrypted,
+        purged=purged,
+    )
+
+
+def _recorder(
+    scope: ErasureScope, key_ids: list[str], principal: Principal, now: datetime
+) -> Callable[[Session], bool]:
+    """The write that records ``Erased`` in a session (``False``: erased before)."""
+
+    def record(session: Session) -> bool:
+        return session.erase(scope, key_ids, actor=principal, timestamp=now)
+
+    return record
+
+
+def archive_body(core: Core, target: Target, archive_id: str) -> ArchiveBody | None:
+    """An archive body of the session from the archive store, opened with its key (erased
+    content, or a body written unencrypted, reads as stored)."""
+    store = core.commits.archive_store
+    if store is None:
+        return None
+    body = store.get(archive_id)
+    if body is None or body.session_id != target.session_id.hex:
+        return None
+    return open_body(body, core.store.keyring.cipher)

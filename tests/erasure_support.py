@@ -1,0 +1,38 @@
+"""Helpers of the erasure tests: a session holding a known plaintext in every kind of content."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from chatledger import SessionLedger
+from support import ALICE
+
+SECRET = "Zanzibar-7731"
+SEARCH = {"tool_name": "search", "prompt_tokens": 10, "completion_tokens": 5}
+
+
+def fill(ledger: SessionLedger, key: str = "s1", principal: Any = ALICE) -> None:
+    """A session whose every kind of content holds SECRET."""
+    ledger.add_message(principal, key, "user", f"My code is {SECRET}, keep it safe.")
+    ledger.add_message(principal, key, "tool", f"lookup {SECRET}", tool_call=SEARCH)
+    ledger.add_items(
+        principal,
+        key,
+        [
+            {"type": "function_call", "call_id": "c1", "name": "vault", "arguments": SECRET},
+            {"type": "function_call_output", "call_id": "c1", "output": f"ok {SECRET}"},
+        ],
+    )
+    ledger.update_state(principal, key, {"code": SECRET})
+    ledger.set_task(principal, key, {"objective": f"Protect {SECRET}", "constraints": [SECRET]})
+    ledger.commit(principal, key)
+    ledger.add_message(principal, key, "assistant", f"Noted {SECRET}.")
+    ledger.advance_extraction(principal, key, 1, f"found {SECRET}")
+
+
+def holds_secret(value: object) -> bool:
+    """Whether ``value`` (any result, as JSON) still says SECRET."""
+    if hasattr(value, "model_dump_json"):
+        return SECRET in value.model_dump_json()
+    return SECRET in json.dumps(value, default=str)
