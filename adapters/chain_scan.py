@@ -38,7 +38,7 @@ def scan_rows(
         params = (originator_id.hex if sqlite else originator_id,)
     sql += " ORDER BY originator_id, originator_version"
     try:
-        connection = recorder.engine.raw_connection()
+        connection: Any = recorder.engine.raw_connection()
         try:
             cursor: Any
             if sqlite:
@@ -50,7 +50,7 @@ def scan_rows(
                 cursor.itersize = _BATCH
             cursor.execute(sql, params)
             while rows := cursor.fetchmany(_BATCH):
-                yield rows
+                yield rows  # a list of tuples, from either driver
             cursor.close()
         finally:
             connection.rollback()
@@ -74,7 +74,7 @@ def snapshot_versions(
     sql += " ORDER BY originator_id, originator_version"
     found: dict[UUID, list[int]] = {}
     try:
-        connection = recorder.engine.raw_connection()
+        connection: Any = recorder.engine.raw_connection()
         try:
             cursor = connection.cursor()
             cursor.execute(sql, params)

@@ -294,7 +294,7 @@ def add_summaries(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         try:
             event = decode(topic, bytes(state), row["session_id"], row["version"],
                            row["timestamp_us"])  # fmt: skip
-        except (KeyError, TypeError, ValueError):  # edited by hand: verify() reports it
+        except (KeyError, TypeError, ValueError, AttributeError):  # edited: verify() says so
             row["summary"] = f"{topic} (its payload cannot be read)"
             continue
         row["summary"] = summarize(event)

@@ -25,6 +25,7 @@ from uuid import UUID
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import EventSourcingError
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
@@ -50,9 +51,9 @@ from chatledger.adapters.recorders import (
 )
 from chatledger.adapters.schema import events_table, snapshots_table
 from chatledger.adapters.sealing import PARTS, open_compact_message, row_aad
-from chatledger.domain.events import MessageAdded
+from chatledger.domain.events import Forked, MessageAdded
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
-from chatledger.domain.failures import ChatLedgerError, InvalidInput
+from chatledger.domain.failures import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
@@ -289,9 +290,8 @@ class EventStoreApplication(Application[UUID]):
 
     def fast_forward(self, session: Session) -> None:
         """Apply the events recorded after ``session``'s version (by other writers)."""
-        self.replay_rows(
-            session.id, session, self.event_recorder.stream(session.id, gt=session.version)
-        )
+        rows = self.event_recorder.stream(session.id, gt=session.version)
+        self.replay_rows(session.id, session, rows)
 
     def _rebuild(self, session_id: UUID, snapshot: Any) -> Session:
         """The session of a decoded snapshot, its archives read from the events recording them."""
@@ -314,7 +314,7 @@ class EventStoreApplication(Application[UUID]):
         )
         for row in rows:
             event = self._decode(session_id, row)
-            archives = getattr(event, "archives", None) or (event.archive,)
+            archives = event.archives if isinstance(event, Forked) else (event.archive,)
             for index, archive in enumerate(archives):
                 where[archive.archive_id] = (row[0], index)
         found = [where.get(archive.archive_id) for archive in session.archives]
@@ -346,6 +346,17 @@ class EventStoreApplication(Application[UUID]):
         one step; anything that run cannot take (a gap, a payload that is not
         JSON) goes through the validated path, which reports it.
         """
+        try:
+            return self._replay_rows(session_id, session, rows, trusted)
+        except EventSourcingError as error:  # a row this version cannot decode or apply
+            raise StoreUnavailable(
+                f"Session {session_id} cannot be loaded: {error}. Its stored events were "
+                "altered or written by a newer chatledger; verify() says which."
+            ) from error
+
+    def _replay_rows(
+        self, session_id: UUID, session: Session | None, rows: Sequence[StreamRow], trusted: bool
+    ) -> Session | None:
         count = len(rows)
         i = 0
         while i < count:
@@ -375,7 +386,7 @@ class EventStoreApplication(Application[UUID]):
                 messages = trusted_messages(
                     [row[2] for row in run], [row[3] for row in run], opener
                 )
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):  # let the mapper say why
                 return False
             session.replay_messages(messages, last[0], from_micros(last[3]))
         return True

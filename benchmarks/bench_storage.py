@@ -16,7 +16,7 @@ SQLite files. Contenders, every round, in a rotated order:
 Two kinds of message (``--kind``): ``text``, the ~95-character chat lines of
 ``bench_load.py``, and ``items``, the five OpenAI Agents item shapes of
 ``bench_items.py`` (a user message with content parts, a function call, its
-output, a reasoning item, an assistant message; 110-210 bytes of JSON each).
+output, a reasoning item, an assistant message).
 Both stores get the same session key (``--key``; default a UUID string, the
 usual conversation id -- SQLiteSession stores the key in every row and in
 its index, the ledger once per row). Sizes hardly vary between rounds (only

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import shutil
 import threading
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
+from urllib.parse import parse_qs, urlparse
 
 from sqlalchemy import create_engine, inspect, text
 
@@ -116,3 +119,35 @@ def store_state(ledger: Any) -> StoreState:
     return StoreState(
         len(dump["chatledger_events"]), len(dump["chatledger_snapshots"]), heads, digest
     )
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def restore_fixture(name: str, backend: str, database_url: str, tmp_path: Path) -> str:
+    """A database exactly as an earlier version left it: the fixture ``<name>.sqlite``
+    copied, or ``<name>.postgres.sql`` (a pg_dump of schema chatledger_fixture) loaded into
+    the schema ``database_url`` points at. Returns the URL to open."""
+    if backend == "sqlite":
+        path = tmp_path / "old.sqlite"
+        shutil.copyfile(FIXTURES / f"{name}.sqlite", path)
+        return f"sqlite:///{path}"
+    options = parse_qs(urlparse(database_url).query)["options"][0]
+    schema = options.split("search_path=", 1)[1]
+    lines = (FIXTURES / f"{name}.postgres.sql").read_text().splitlines()
+    script = "\n".join(
+        line.replace("chatledger_fixture.", f"{schema}.")
+        for line in lines
+        if not line.startswith("\\") and line.strip() != "CREATE SCHEMA chatledger_fixture;"
+    )
+    engine = create_engine(database_url)
+    try:
+        raw = engine.raw_connection()
+        try:
+            raw.cursor().execute(script)  # no parameters: one simple query, many statements
+            raw.commit()
+        finally:
+            raw.close()
+    finally:
+        engine.dispose()
+    return database_url

@@ -17,12 +17,13 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from uuid import uuid4
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 from test_upgrade_commit_order import old_ledger_url  # noqa: F401 (a fixture)
 
-from chatledger import SessionLedger
+from chatledger import SessionLedger, StoreUnavailable
 from chatledger.adapters.codec import decode, encode, trusted_messages
 from chatledger.domain.events import (
     ArchiveMerged,
@@ -301,3 +302,34 @@ def test_an_old_snapshot_loads_and_the_next_one_references_its_archives(
     with SessionLedger(old_ledger_url, create_tables=False) as cold:
         assert cold.session(ALICE, "s1") == after
         assert cold.session(ALICE, "s1", at_version=before.version) == before
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"not json", b'{"a":["acme"],"i":"m5"}', b'{"a":["acme"],"i":"m5","r":"user","c":"x","z":1}'],
+)
+def test_an_edited_message_in_a_run_is_a_clear_error_on_load(
+    database_url: str, payload: bytes
+) -> None:
+    """A message row edited by hand inside a long run is not read on trust: a cold load
+    raises StoreUnavailable pointing at verify(), which names the altered version."""
+    with SessionLedger(database_url) as ledger:
+        ledger.add_messages(ALICE, "s", [{"role": "user", "content": f"m{n}"} for n in range(9)])
+        sid = ledger.session(ALICE, "s").session_id
+    engine = create_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "UPDATE chatledger_events SET state = :state "
+                    "WHERE originator_id = :sid AND originator_version = 5"
+                ),
+                {"state": payload, "sid": sid.hex if database_url.startswith("sqlite") else sid},
+            )
+    finally:
+        engine.dispose()
+    with SessionLedger(database_url, create_tables=False) as cold:
+        with pytest.raises(StoreUnavailable, match="verify"):
+            cold.session(ALICE, "s")
+        issues = cold.verify(ADMIN).issues
+        assert [(i.version, i.reason) for i in issues] == [(5, "hash mismatch")]

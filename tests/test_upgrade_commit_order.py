@@ -12,56 +12,27 @@ made of it. Opening one migrates it through every revision.
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import inspect, text
 
 from chatledger import SessionLedger, StoreUnavailable
 from chatledger.adapters.sql_read_models import READ_MODEL_NAMES, dump_rows
 from chatledger.read_models import ReadModels
-from support import ADMIN, ALICE, BOB
+from support import ADMIN, ALICE, BOB, restore_fixture
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EVENTS = 25
 CAUGHT_UP_TO = 22  # where the fixture's read models stopped
 
 
-def _restore_postgres_dump(url: str) -> None:
-    """Load the fixture's pg_dump into the schema ``url`` points at (its search_path)."""
-    options = parse_qs(urlparse(url).query)["options"][0]
-    schema = options.split("search_path=", 1)[1]
-    lines = (FIXTURES / "pre_commit_order.postgres.sql").read_text().splitlines()
-    script = "\n".join(
-        line.replace("chatledger_fixture.", f"{schema}.")
-        for line in lines
-        if not line.startswith("\\") and line.strip() != "CREATE SCHEMA chatledger_fixture;"
-    )
-    engine = create_engine(url)
-    try:
-        raw = engine.raw_connection()
-        try:
-            raw.cursor().execute(script)  # no parameters: one simple query, many statements
-            raw.commit()
-        finally:
-            raw.close()
-    finally:
-        engine.dispose()
-
-
 @pytest.fixture
 def old_ledger_url(backend: str, database_url: str, tmp_path: Path) -> str:
     """A database exactly as the earlier version left it."""
-    if backend == "sqlite":
-        path = tmp_path / "old.sqlite"
-        shutil.copyfile(FIXTURES / "pre_commit_order.sqlite", path)
-        return f"sqlite:///{path}"
-    _restore_postgres_dump(database_url)
-    return database_url
+    return restore_fixture("pre_commit_order", backend, database_url, tmp_path)
 
 
 @pytest.fixture

@@ -12,17 +12,15 @@ is refused unless the caller accepts that its old events keep their content.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 import pytest
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import inspect
 
 from chatledger import InvalidInput, Principal, SessionLedger, StoreUnavailable
 from chatledger.adapters.migrations import SCHEMA_HEAD, schema_revision
 from chatledger.read_models import ReadModels
-from support import ADMIN
+from support import ADMIN, restore_fixture
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EVENTS = 26
@@ -30,37 +28,10 @@ OLD_SECRET = "Kestrel-4410"
 ALICE = Principal(account_id="acme", user_id="alice", agent_id="bot", trace_id="t-1")
 
 
-def _restore_postgres_dump(url: str) -> None:
-    """Load the fixture's pg_dump into the schema ``url`` points at (its search_path)."""
-    options = parse_qs(urlparse(url).query)["options"][0]
-    schema = options.split("search_path=", 1)[1]
-    lines = (FIXTURES / "pre_erasure.postgres.sql").read_text().splitlines()
-    script = "\n".join(
-        line.replace("chatledger_fixture.", f"{schema}.")
-        for line in lines
-        if not line.startswith("\\") and line.strip() != "CREATE SCHEMA chatledger_fixture;"
-    )
-    engine = create_engine(url)
-    try:
-        raw = engine.raw_connection()
-        try:
-            raw.cursor().execute(script)  # no parameters: one simple query, many statements
-            raw.commit()
-        finally:
-            raw.close()
-    finally:
-        engine.dispose()
-
-
 @pytest.fixture
 def old_ledger_url(backend: str, database_url: str, tmp_path: Path) -> str:
     """A database exactly as revision 0005 left it."""
-    if backend == "sqlite":
-        path = tmp_path / "old.sqlite"
-        shutil.copyfile(FIXTURES / "pre_erasure.sqlite", path)
-        return f"sqlite:///{path}"
-    _restore_postgres_dump(database_url)
-    return database_url
+    return restore_fixture("pre_erasure", backend, database_url, tmp_path)
 
 
 def _hashed_rows(lines: list[str]) -> list[tuple[object, ...]]:
