@@ -20,6 +20,7 @@ META = metadata.metadata("chatledger")
 # distribution -> the module it provides
 RUNTIME = {
     "alembic": "alembic",
+    "cryptography": "cryptography",
     "eventsourcing": "eventsourcing",
     "sqlalchemy": "sqlalchemy",
     "pydantic": "pydantic",
