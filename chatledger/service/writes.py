@@ -18,7 +18,7 @@ from chatledger.domain.events import Closed, Evicted, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.session import Session
-from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal
+from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal, assemble
 from chatledger.results import AddedMessage, SessionView
 from chatledger.service.messages import KEY_REUSED, same_message
 from chatledger.service.sessions import AlreadyRecorded, SessionStore
@@ -61,15 +61,13 @@ def record_messages(
         return _messages_recorded(sessions, done.rows, messages)
     pending = written.session.pending_tokens
     offset = len(written.positions) - len(messages)
-    return [
-        AddedMessage(
-            message_id=message.id,
-            version=version,
-            pending_tokens=pending,
-            position=written.positions[offset + i],
-        )
-        for i, (message, version) in enumerate(zip(messages, written.outcome, strict=True))
-    ]
+    # Results of values the write just made: built without validating them again.
+    added = []
+    for i, (message, version) in enumerate(zip(messages, written.outcome, strict=True)):
+        fields = {"message_id": message.id, "version": version, "pending_tokens": pending}
+        fields["position"] = written.positions[offset + i]
+        added.append(assemble(AddedMessage, fields))
+    return added
 
 
 def _messages_recorded(
