@@ -1,9 +1,10 @@
 """The append hot path builds exactly what the validated path builds.
 
-``add_message`` builds its message, its ``MessageAdded`` and its result without a
-second pydantic validation of values checked a moment before, and writes a plain
-text message's payload as text. These tests hold each shortcut equal to the
-validated construction and the payload to the canonical JSON every row stores.
+``add_message`` and ``add_items`` build their messages, events and results without
+a second pydantic validation of values checked a moment before; a plain text
+message's payload is written as text, and an item's size is bounded before it is
+measured. These tests hold each shortcut equal to the validated construction, the
+payload to the canonical JSON every row stores, and the size limit to the byte.
 """
 
 from __future__ import annotations
@@ -12,16 +13,20 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 from uuid import uuid4
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chatledger import AddedMessage, Principal, SessionLedger
 from chatledger.adapters.codec import decode, encode
 from chatledger.domain.events import MessageAdded
-from chatledger.domain.limits import Limits
+from chatledger.domain.failures import InvalidInput
+from chatledger.domain.items import describe_item
+from chatledger.domain.limits import Limits, check_json
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import Message, assemble
+from chatledger.service.item_writes import build_items
 from chatledger.service.messages import build_message
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -36,6 +41,14 @@ principals = st.builds(
     trace_id=st.sampled_from(["", "t-1"]),
 )
 roles = st.sampled_from(["system", "developer", "user", "assistant", "tool"])
+ITEMS: list[dict[str, object]] = [
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Where?"}]},
+    {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"id": 1}'},
+    {"type": "function_call_output", "call_id": "c1", "output": '{"status": "shipped"}'},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Ok."}]},
+    {"role": "model", "parts": [{"text": "Hi"}, {"function_call": {"name": "f", "args": {}}}]},
+    {"unknown": ["shape", 1, 2.5, None, True]},
+]
 
 
 def canonical(payload: bytes) -> bytes:
@@ -130,3 +143,35 @@ def test_assemble_keeps_the_given_values_and_marks_them_set() -> None:
     })  # fmt: skip
     assert built == AddedMessage(message_id="m", version=3, pending_tokens=4, position=9)
     assert built.model_fields_set == {"message_id", "version", "pending_tokens", "position"}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | texts,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_check_json_refuses_exactly_what_is_over_the_limit(value: object) -> None:
+    """check_json's quick pass never lets a value over max_bytes through, nor refuses one
+    that fits: the limit holds to the byte."""
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    check_json(value, "value", max_bytes=size)
+    with pytest.raises(InvalidInput, match=f"takes {size} bytes"):
+        check_json(value, "value", max_bytes=size - 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(ITEMS))
+def test_build_items_gives_the_validated_messages(item: dict[str, object]) -> None:
+    """An item's entry, built without a second validation, equals the validated one."""
+    (built,) = build_items(Limits(), T0, [item])
+    validated = Message(
+        id=built.id, role=built.role, content=built.content, created_at=T0, name=built.name,
+        item=dict(item),
+    )  # fmt: skip
+    assert built == validated and repr(built) == repr(validated)
+    assert (built.role, built.content, built.name) == describe_item(item)
