@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import (
     BigInteger,
     Column,
+    Connection,
     Engine,
     Index,
     Integer,
@@ -27,6 +28,8 @@ from sqlalchemy import (
     Table,
     Text,
     Uuid,
+    delete,
+    insert,
     inspect,
     text,
 )
@@ -67,7 +70,25 @@ def _no_transaction(element: _WritingTransaction, compiler: SQLCompiler, **kw: A
 
 @compiles(_WritingTransaction, "postgresql")
 def _current_transaction(element: _WritingTransaction, compiler: SQLCompiler, **kw: Any) -> str:
-    return "(pg_current_xact_id()::text::bigint)"
+    return _writing_transaction(0)
+
+
+def _writing_transaction(offset: int) -> str:
+    """PostgreSQL: the ``tx_id`` of a row inserted now (see ``align_log_order``)."""
+    return (
+        f"(pg_current_xact_id()::text::bigint + {offset})"
+        if offset
+        else ("(pg_current_xact_id()::text::bigint)")
+    )
+
+
+LOG_TX_OFFSET = "log_tx_offset"
+"""The ``chatledger_meta`` entry holding what is added to transaction ids (PostgreSQL)."""
+LOG_TX_OFFSET_SQL = (
+    "COALESCE((SELECT CAST(value AS BIGINT) FROM chatledger_meta "
+    f"WHERE name = '{LOG_TX_OFFSET}'), 0)"
+)
+"""SQL: the offset in force (0 unless ``align_log_order`` ever moved it)."""
 
 
 position_sequence = DbSequence("chatledger_events_position", metadata=metadata)
@@ -281,12 +302,54 @@ def create_tables(engine: Engine) -> str:
                         "(`chatledger export`) and import the file into a new database."
                     )
             done = prepare_schema(connection, metadata, events_table.name)
+            if engine.dialect.name == "postgresql":
+                align_log_order(connection)
     if done == "upgraded":
         logger.warning(
             "Upgraded the ledger's schema at %s in place to revision %s.",
             engine.url.render_as_string(hide_password=True), SCHEMA_HEAD,
         )  # fmt: skip
     return done
+
+
+def align_log_order(connection: Connection) -> int | None:
+    """PostgreSQL: make the rows inserted from now on sort after every stored one in the
+    log order (``LogCursor``); returns the new offset if it had to move, else None.
+
+    A row's ``tx_id`` is its writing transaction's id (plus an offset, 0 at first).
+    A database restored from a dump into another server, or moved to one, keeps
+    the ids of the server that wrote it, which may lie ahead of the new server's:
+    new rows would then sort before old ones, and the projector, which reads only
+    below the oldest transaction still running, would wait for them forever.
+    Here the offset is raised so that the next transaction id, plus it, lies
+    above the newest stored ``tx_id``: the column default and the projector's
+    horizon both add it (it is kept in ``chatledger_meta``). Runs under the
+    opener's lock; the ``ALTER TABLE`` waits for appends in flight, so none of
+    them is written with the old offset after the new one is in force.
+    """
+    events = events_table.name
+    newest = connection.exec_driver_sql(
+        f"SELECT MAX(tx_id) FROM {events} WHERE tx_id <> 0"
+    ).scalar()
+    if newest is None:
+        return None
+    offset = int(connection.exec_driver_sql(f"SELECT {LOG_TX_OFFSET_SQL}").scalar_one())
+    now = int(connection.exec_driver_sql("SELECT pg_current_xact_id()::text::bigint").scalar_one())
+    if now + offset > newest:
+        return None
+    offset = newest - now + 1
+    connection.exec_driver_sql(
+        f"ALTER TABLE {events} ALTER COLUMN tx_id SET DEFAULT {_writing_transaction(offset)}"
+    )
+    t = meta_table
+    connection.execute(delete(t).where(t.c.name == LOG_TX_OFFSET))
+    connection.execute(insert(t).values(name=LOG_TX_OFFSET, value=str(offset)))
+    logger.warning(
+        "The stored transaction ids run ahead of this PostgreSQL server's (a database "
+        "restored or moved from another server): new events are numbered after them "
+        "(offset %d), so the read models keep following the log.", offset,
+    )  # fmt: skip
+    return offset
 
 
 def require_tables(engine: Engine) -> None:

@@ -61,6 +61,7 @@ from chatledger.adapters.mapper import TimedStoredEvent
 from chatledger.adapters.schema import (
     CARRIES_ARCHIVES,
     LOG_START,
+    LOG_TX_OFFSET_SQL,
     LogCursor,
     events_table,
     orders_by_transaction,
@@ -109,10 +110,10 @@ SELECT LEAST(
         WHERE t.locktype = 'relation' AND t.relation = '{events_table.name}'::regclass
             AND t.database = (SELECT oid FROM pg_database WHERE datname = current_database())
     ))
-)::text::bigint
+)::text::bigint + {LOG_TX_OFFSET_SQL}
 """
 """PostgreSQL: the log's horizon -- no transaction below it can still add an event (see
-``EventLog.horizon``)."""
+``EventLog.horizon``), with the offset ``schema.align_log_order`` keeps."""
 
 
 @contextmanager

@@ -30,8 +30,10 @@ from uuid import UUID
 import psycopg
 import pytest
 from sqlalchemy import BigInteger, Column, Connection, MetaData, Table, Text, func, select, text
+from typer.testing import CliRunner
 
 from chatledger import AddedMessage, SessionLedger
+from chatledger.adapters.migrations import SCHEMA_HEAD
 from chatledger.adapters.sql_projector import EventLog, Projector
 from chatledger.adapters.sql_read_models import (
     READ_MODELS,
@@ -39,6 +41,7 @@ from chatledger.adapters.sql_read_models import (
     SqlReadModel,
     dump_rows,
 )
+from chatledger.cli import app
 from chatledger.read_models import ProjectionTimeout, ReadModels
 from support import ADMIN, ALICE, BOB
 
@@ -362,3 +365,66 @@ def test_catch_up_gives_up_waiting_for_a_writer_after_busy_timeout(
         assert 0.4 < time.monotonic() - started < 5
         open_transaction.rollback()
         assert models.catch_up() == 2
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)  # SQLite: no transaction ids
+def test_a_database_restored_from_a_server_ahead_keeps_following_the_log(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stored transaction ids ahead of the server's (a dump restored elsewhere): opening
+    the ledger numbers new events after them, and the read models apply every event."""
+    with SessionLedger(database_url) as ledger:
+        for i in range(3):
+            ledger.add_message(ALICE, "s1", "user", f"before the move {i}")
+        with (
+            ledger.core.store.event_recorder.engine.begin() as connection
+        ):  # as if written by a server far ahead
+            connection.execute(text("UPDATE chatledger_events SET tx_id = tx_id + 1000000000"))
+    with caplog.at_level("WARNING", logger="chatledger.store"):
+        ledger = SessionLedger(database_url)
+    try:
+        assert "restored or moved from another server" in caplog.text
+        with ReadModels(ledger) as models:
+            models.catch_up()
+            ledger.add_message(BOB, "s2", "user", "after the move")
+            ledger.add_message(ALICE, "s1", "user", "after the move")
+            models.catch_up()
+            assert set(models.positions().values()) == {models.head()}
+            assert {r.session_key: r.message_count for r in models.working_set(ADMIN)} == {
+                "s1": 4, "s2": 1,
+            }  # fmt: skip
+        with ledger.core.store.event_recorder.engine.connect() as connection:
+            tx = (
+                connection.execute(text("SELECT tx_id FROM chatledger_events ORDER BY id"))
+                .scalars()
+                .all()
+            )
+        assert min(tx[4:]) > max(tx[:4])  # the three new events come last in the log order
+        assert ledger.verify(ADMIN).ok
+    finally:
+        ledger.close()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="chatledger.store"), SessionLedger(database_url):
+        pass
+    assert "restored or moved" not in caplog.text  # aligned once: reopening changes nothing
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_chatledger_migrate_aligns_a_restored_database_for_readers_without_ddl(
+    database_url: str,
+) -> None:
+    """`chatledger migrate` on a current but restored database numbers new events after the
+    stored ones, so ledgers opened without table creation keep their read models moving."""
+    with SessionLedger(database_url) as ledger:
+        ledger.add_message(ALICE, "s1", "user", "before the move")
+        with ledger.core.store.event_recorder.engine.begin() as connection:
+            connection.execute(text("UPDATE chatledger_events SET tx_id = tx_id + 1000000000"))
+    result = CliRunner().invoke(app, ["migrate", "--url", database_url, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {
+        "from": SCHEMA_HEAD, "to": SCHEMA_HEAD, "changed": False,
+    }  # fmt: skip
+    with SessionLedger(database_url, create_tables=False) as ledger, ReadModels(ledger) as models:
+        ledger.add_message(ALICE, "s1", "user", "after the move")
+        models.catch_up()
+        assert set(models.positions().values()) == {models.head()} and models.head() == 3

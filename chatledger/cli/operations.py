@@ -237,21 +237,25 @@ def migrate(*, call: Invocation) -> None:
     from chatledger.errors import StoreUnavailable
     from chatledger.settings import load_settings
 
+    before: str | None = SCHEMA_HEAD
     try:  # never creates a ledger: a missing one is LedgerNotFound (exit code 3)
         with call.ledger():
             pass
-        done, before = "current", SCHEMA_HEAD
     except StoreUnavailable as error:  # an older schema (or a newer one) is why we are here
         if "revision" not in str(error):
             raise
-        settings = load_settings(url=call.url)
-        engine = create_store_engine(settings.url, busy_timeout=settings.busy_timeout)
-        try:
+        before = None
+    settings = load_settings(url=call.url)
+    engine = create_store_engine(settings.url, busy_timeout=settings.busy_timeout)
+    try:
+        if before is None:
             with engine.connect() as connection:
                 before = schema_revision(connection) or "0001 (0.1.0)"
-            done = create_tables(engine)  # a newer schema raises here, untouched
-        finally:
-            engine.dispose()
+        # A newer schema raises here, untouched. A current one is left as it is, except that
+        # on PostgreSQL new events are numbered after restored ones (schema.align_log_order).
+        done = create_tables(engine)
+    finally:
+        engine.dispose()
     if call.as_json:
         print_json({"from": before, "to": SCHEMA_HEAD, "changed": done == "upgraded"})
     elif done == "upgraded":
