@@ -328,11 +328,11 @@ def align_log_order(connection: Connection) -> int | None:
     them is written with the old offset after the new one is in force.
     """
     events = events_table.name
-    newest = connection.exec_driver_sql(
-        f"SELECT MAX(tx_id) FROM {events} WHERE tx_id <> 0"
-    ).scalar()
+    found = connection.exec_driver_sql(f"SELECT MAX(tx_id) FROM {events} WHERE tx_id <> 0")
+    newest = found.scalar()
     if newest is None:
         return None
+    newest = int(newest)
     offset = int(connection.exec_driver_sql(f"SELECT {LOG_TX_OFFSET_SQL}").scalar_one())
     now = int(connection.exec_driver_sql("SELECT pg_current_xact_id()::text::bigint").scalar_one())
     if now + offset > newest:
