@@ -308,18 +308,26 @@ class WorkingSetModel(SqlReadModel):
 # each event's tokens count at most MAX_TOKENS (the input limit; older rows may
 # hold more), so a span's sums stay far inside 64 bits, and adding them to the
 # stored totals saturates at MAX_INT instead of failing the whole batch.
+# A slim row (an empty tenant; see chatledger.projections.facts) names its session's
+# account and key in the session's first row: looked up only for such rows, through
+# the stream index. (A staging table holds its rows filled in already.)
 _USAGE_UPSERT = """
 INSERT INTO chatledger_usage (session_id, tool_name, account_id, session_key, call_count,
     success_count, fail_count, prompt_tokens, completion_tokens, total_tokens)
-SELECT originator_id, tool_name, tenant, session_key, SUM(COALESCE(tool_calls, 1)),
+SELECT originator_id, tool_name,
+    MAX(CASE WHEN tenant <> '' THEN tenant ELSE (SELECT f.tenant FROM {source} f
+        WHERE f.originator_id = e.originator_id AND f.originator_version = 1) END),
+    MAX(CASE WHEN tenant <> '' THEN session_key ELSE (SELECT f.session_key FROM {source} f
+        WHERE f.originator_id = e.originator_id AND f.originator_version = 1) END),
+    SUM(COALESCE(tool_calls, 1)),
     SUM(CASE WHEN tool_calls IS NOT NULL THEN tool_calls - tool_failures
         WHEN tool_status = 'success' THEN 1 ELSE 0 END),
     SUM(CASE WHEN tool_calls IS NOT NULL THEN tool_failures
         WHEN tool_status = 'success' THEN 0 ELSE 1 END),
     SUM({least}(prompt_tokens, {tokens})), SUM({least}(completion_tokens, {tokens})),
     SUM({least}(prompt_tokens, {tokens}) + {least}(completion_tokens, {tokens}))
-FROM {source} WHERE {span} AND tool_name IS NOT NULL
-GROUP BY originator_id, tool_name, tenant, session_key
+FROM {source} e WHERE {span} AND tool_name IS NOT NULL
+GROUP BY originator_id, tool_name
 ON CONFLICT (session_id, tool_name) DO UPDATE SET
     call_count = {add_call_count},
     success_count = {add_success_count},

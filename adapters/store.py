@@ -160,7 +160,9 @@ class EventStoreApplication(Application[UUID]):
         stored = []
         for event, counters in pending:
             row = self._encode(event, sealing)
-            row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
+            row.__dict__["facts"] = stored_facts(
+                event, session.tenant, session.key, counters, first=session.started_by
+            )
             stored.append(row)
         positions = self.event_recorder.insert_events(stored)
         if self.snapshots is not None and session.should_snapshot(self.snapshot_interval):
@@ -179,7 +181,9 @@ class EventStoreApplication(Application[UUID]):
             sealing = self._sealing(session, [event for event, _ in pending])
             for event, counters in pending:
                 row = self._encode(event, sealing)
-                row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
+                row.__dict__["facts"] = stored_facts(
+                    event, session.tenant, session.key, counters, first=session.started_by
+                )
                 stored.append(row)
         positions = self.event_recorder.insert_events(stored) if stored else []
         result, start = [], 0

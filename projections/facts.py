@@ -11,11 +11,24 @@ sums tool calls) instead of decoding every payload. They are derived from the
 event and the session state it leads to, so ``verify`` recomputes them while
 it replays each session. Rows of the compact stored form (format 2) leave the
 summary empty: it is derived from the event when read (``summarize``), which
-saves some fifty bytes a message. Pure: no I/O, no clock.
+saves some fifty bytes a message.
+
+Slim rows. A session's first row holds every fact; the rows after it, as
+written since 0.2, leave empty what that first row or the row's own topic
+already says (``slim_facts``): the tenant and key (always the first row's),
+the event type when the topic is its short name (format 2) -- except for the
+events that carry archives, which a partial index finds by type -- and the
+five actor columns when the actor is the one who started the session (an
+empty ``actor_account``, which a real actor never has, says so). Some sixty
+bytes a message. Rows written before, with every column filled, stay as they
+are and read the same: readers fill a slim row in from its session's first
+row (``chatledger.adapters.fact_reads``), and ``facts_match`` accepts either
+form. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from chatledger.domain.events import (
@@ -44,7 +57,8 @@ from chatledger.domain.events import (
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import SessionCounters
 from chatledger.domain.timestamps import to_micros
-from chatledger.domain.values import printable
+from chatledger.domain.values import Principal, printable
+from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
 
 _SUMMARY_ERROR_CHARS = 80
 EVENT_NAMES: frozenset[str] = frozenset(cls.__name__ for cls in EVENT_TYPES)
@@ -84,6 +98,8 @@ class StoredFacts(NamedTuple):
 
 FACT_COLUMNS: tuple[str, ...] = StoredFacts._fields
 _make = StoredFacts._make
+_NAMED_BY_TYPE = frozenset(ARCHIVE_EVENT_TYPES)  # keep their event type (a partial index)
+_SAME_ACTOR = ("", "", "", "", "")  # the five actor columns of a slim row: the starter's
 
 
 def _count(count: int, noun: str) -> str:
@@ -97,14 +113,26 @@ def stored_facts(
     after: SessionCounters,
     *,
     summary: bool = False,
+    first: Principal | None = None,
 ) -> StoredFacts:
     """The facts of ``event``, of the session ``(tenant, key)``, which left it at ``after``;
-    ``summary`` for a row of format 1, which stores the summary too."""
+    ``summary`` for a row of format 1, which stores the summary too. With ``first``, the
+    actor who started the session, a row after the first is slim (see the module doc)."""
     a = event.actor
     last_commit = after.last_commit_at
+    name = type(event).__name__
+    if first is None or event.originator_version == 1:
+        naming: tuple[str, ...] = (
+            name, tenant, key, a.account_id, a.user_id, a.agent_id, a.role, a.trace_id,
+        )  # fmt: skip
+    else:
+        named = "" if not summary and name not in _NAMED_BY_TYPE else name
+        if a is first or a == first:
+            naming = (named, "", "", *_SAME_ACTOR)
+        else:
+            naming = (named, "", "", a.account_id, a.user_id, a.agent_id, a.role, a.trace_id)
     head = (
-        type(event).__name__, tenant, key, a.account_id, a.user_id, a.agent_id, a.role,
-        a.trace_id, after.message_count, after.pending_tokens, after.turn_count,
+        *naming, after.message_count, after.pending_tokens, after.turn_count,
         after.commit_count, after.archive_count,
         None if last_commit is None else to_micros(last_commit), after.status,
     )  # fmt: skip
@@ -123,6 +151,40 @@ def stored_facts(
         *head, tool.tool_name, tool.status, tool.prompt_tokens, tool.completion_tokens,
         line, write_key, None, None,
     ))  # fmt: skip
+
+
+def slim_facts(facts: StoredFacts, version: int, first: Principal, *, compact: bool) -> StoredFacts:
+    """The slim form of a row's full ``facts`` (what ``stored_facts`` with ``first`` gives):
+    the row is at ``version`` of a session started by ``first``; ``compact`` if its topic
+    is the event type's short name (format 2)."""
+    if version == 1:
+        return facts
+    named = facts.event_type
+    if compact and named not in _NAMED_BY_TYPE:
+        named = ""
+    actor = facts[3:8]
+    if actor == (first.account_id, first.user_id, first.agent_id, first.role, first.trace_id):
+        actor = _SAME_ACTOR
+    return _make((named, "", "", *actor, *facts[8:]))
+
+
+def edited_facts(
+    stored: Sequence[object], full: StoredFacts, version: int, first: Principal, *, compact: bool
+) -> list[str] | None:
+    """None if a row's ``stored`` facts are ``full`` in one of the forms a row may hold them
+    -- whole (every row before 0.2, and every first row) or slim -- else the columns that
+    differ from the form it holds (an empty list if it holds none)."""
+    found = tuple(stored)
+    if found == full:
+        return None
+    slim = slim_facts(full, version, first, compact=compact)
+    if found == slim:
+        return None
+    # The form the row is in: a slim one has no tenant.
+    wanted = slim if version != 1 and found[1:2] == ("",) else full
+    return [
+        name for name, want, got in zip(FACT_COLUMNS, wanted, found, strict=False) if want != got
+    ]
 
 
 def summarize(event: SessionEvent) -> str:
