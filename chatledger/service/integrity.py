@@ -227,10 +227,11 @@ def _check_naming(
             continue
         # A slim row after the first (projections.facts): no tenant and key, and no event
         # type where the topic is its short name.
-        slim = row[2] != 1 and row_tenant == row_key == ""
-        if slim and (named == name or (named == "" and topic == name)):
+        slim = row[2] != 1 and (row_tenant == "" or row_key == "")
+        untyped = slim and named == "" and topic == name  # the topic names the type
+        if slim and row_tenant == row_key == "" and (named == name or untyped):
             continue
-        wanted = (name, "", "") if slim else (name, tenant, key)
+        wanted = ("" if untyped else name, "", "") if slim else (name, tenant, key)
         edited = [c for c, w, g in zip(FACT_COLUMNS, wanted, row[7:10], strict=False) if w != g]
         return BrokenLink(
             session_id=sid, version=row[2], position=row[0],
