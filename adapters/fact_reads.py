@@ -3,7 +3,8 @@
 A row after a session's first may be slim (``chatledger.projections.facts``):
 its tenant and key empty (the first row's), its event type empty when the
 topic is the short name, its five actor columns empty when the actor is the
-one who started the session (the first row's actor). Rows written before
+one who started the session (the first row's actor), its status empty when
+it is live. Rows written before
 slim rows existed hold every column. Everything that reads those facts -- the
 audit log, the timeline, the archive history, tool usage, the projector's
 staging copy -- reads them through here, so slim, full and mixed stores give
@@ -17,10 +18,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from sqlalchemy import Connection, case, select
+from sqlalchemy import Connection, case, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from chatledger.adapters.schema import events_table
+from chatledger.domain.session import LIVE
 
 _t = events_table
 ACTOR_COLUMNS = ("actor_account", "actor_user", "actor_agent", "actor_role", "trace_id")
@@ -44,6 +46,17 @@ def event_type_sql(alias: str = "") -> str:
     """``event_type_of`` for hand-written SQL (``alias``: the events table's, if any)."""
     a = f"{alias}." if alias else ""
     return f"CASE WHEN {a}event_type <> '' THEN {a}event_type ELSE {a}topic END"
+
+
+def status_of(table: Any = _t) -> ColumnElement[str]:
+    """The session's status after a row, as an expression: the stored one, or (slim) live."""
+    return case((table.c.status != "", table.c.status), else_=literal(LIVE))
+
+
+def status_sql(alias: str = "") -> str:
+    """``status_of`` for hand-written SQL (``alias``: the events table's, if any)."""
+    a = f"{alias}." if alias else ""
+    return f"CASE WHEN {a}status <> '' THEN {a}status ELSE '{LIVE}' END"
 
 
 def first_rows(connection: Connection, session_ids: Iterable[UUID]) -> dict[UUID, FirstRow]:

@@ -57,7 +57,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.append_postgres import append_channel
 from chatledger.adapters.database import is_environmental
-from chatledger.adapters.fact_reads import FirstRow, event_type_sql, fill_tuples, first_rows
+from chatledger.adapters.fact_reads import (
+    FirstRow,
+    event_type_sql,
+    fill_tuples,
+    first_rows,
+    status_sql,
+)
 from chatledger.adapters.mapper import TimedStoredEvent
 from chatledger.adapters.schema import (
     CARRIES_ARCHIVES,
@@ -249,7 +255,8 @@ class EventLog:
         driver takes them (read and written at the driver level: this copies every
         event of a rebuild when the read models live in another database)."""
         mark = "?" if self.engine.dialect.name == "sqlite" else "%s"
-        columns = ", ".join(event_type_sql() if c == "event_type" else c for c in STAGE_COLUMNS)
+        whole = {"event_type": event_type_sql(), "status": status_sql()}
+        columns = ", ".join(whole.get(c, c) for c in STAGE_COLUMNS)
         sql = f"SELECT {columns} FROM {events_table.name} WHERE {self._where(mark)}"
         with store_errors("read the event log"), self.engine.connect() as connection:
             found = connection.exec_driver_sql(sql, self._bounds(after, last)).all()

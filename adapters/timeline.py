@@ -17,7 +17,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Select, select, text
 
 from chatledger.adapters.codec import PAYLOAD_COLUMNS, add_summaries
-from chatledger.adapters.fact_reads import event_type_of, fill_rows
+from chatledger.adapters.fact_reads import event_type_of, fill_rows, status_of
 from chatledger.adapters.schema import events_table
 
 _t = events_table
@@ -41,7 +41,7 @@ _COLUMNS = (
     _t.c.commit_count,
     _t.c.archive_count,
     _t.c.last_commit_us,
-    _t.c.status,
+    status_of(_t).label("status"),
     _t.c.tool_name,
     _t.c.tool_status,
     _t.c.prompt_tokens,

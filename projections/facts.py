@@ -14,15 +14,16 @@ summary empty: it is derived from the event when read (``summarize``), which
 saves some fifty bytes a message.
 
 Slim rows. A session's first row holds every fact; the rows after it, as
-written since 0.2, leave empty what that first row or the row's own topic
-already says (``slim_facts``): the tenant and key (always the first row's),
-the event type when the topic is its short name (format 2) -- except for the
-events that carry archives, which a partial index finds by type -- and the
-five actor columns when the actor is the one who started the session (an
-empty ``actor_account``, which a real actor never has, says so). Some sixty
-bytes a message. Rows written before, with every column filled, stay as they
-are and read the same: readers fill a slim row in from its session's first
-row (``chatledger.adapters.fact_reads``), and ``facts_match`` accepts either
+written since slim rows exist, leave empty what that first row or the row's
+own topic already says (``slim_facts``): the tenant and key (always the first
+row's), the event type when the topic is its short name (format 2) -- except
+for the events that carry archives, which a partial index finds by type --,
+the five actor columns when the actor is the one who started the session (an
+empty ``actor_account``, which a real actor never has, says so), and the
+status when it is ``live``. Some seventy bytes a message. Rows written
+before, with every column filled, stay as they are and read the same: readers
+fill a slim row in from its session's first row
+(``chatledger.adapters.fact_reads``), and ``edited_facts`` accepts either
 form. Pure: no I/O, no clock.
 """
 
@@ -55,7 +56,7 @@ from chatledger.domain.events import (
     UsageImported,
 )
 from chatledger.domain.eventsourced import SessionEvent
-from chatledger.domain.session import SessionCounters
+from chatledger.domain.session import LIVE, SessionCounters
 from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import Principal, printable
 from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
@@ -131,10 +132,13 @@ def stored_facts(
             naming = (named, "", "", *_SAME_ACTOR)
         else:
             naming = (named, "", "", a.account_id, a.user_id, a.agent_id, a.role, a.trace_id)
+    status: str = after.status
+    if status == LIVE and first is not None and event.originator_version != 1:
+        status = ""  # (slim)
     head = (
         *naming, after.message_count, after.pending_tokens, after.turn_count,
         after.commit_count, after.archive_count,
-        None if last_commit is None else to_micros(last_commit), after.status,
+        None if last_commit is None else to_micros(last_commit), status,
     )  # fmt: skip
     write_key = event.idempotency_key
     line = summarize(event) if summary else ""
@@ -165,15 +169,16 @@ def slim_facts(facts: StoredFacts, version: int, first: Principal, *, compact: b
     actor = facts[3:8]
     if actor == (first.account_id, first.user_id, first.agent_id, first.role, first.trace_id):
         actor = _SAME_ACTOR
-    return _make((named, "", "", *actor, *facts[8:]))
+    status = "" if facts.status == LIVE else facts.status
+    return _make((named, "", "", *actor, *facts[8:14], status, *facts[15:]))
 
 
 def edited_facts(
     stored: Sequence[object], full: StoredFacts, version: int, first: Principal, *, compact: bool
 ) -> list[str] | None:
-    """None if a row's ``stored`` facts are ``full`` in one of the forms a row may hold them
-    -- whole (every row before 0.2, and every first row) or slim -- else the columns that
-    differ from the form it holds (an empty list if it holds none)."""
+    """None if a row's ``stored`` facts are ``full`` in one of the forms a row may hold
+    them -- whole (every row written before slim rows, and every first row) or slim --
+    else the columns that differ from the form it holds (an empty list if none held)."""
     found = tuple(stored)
     if found == full:
         return None

@@ -37,6 +37,7 @@ _FILL = (
     "UPDATE chatledger_events SET "
     f"tenant = {_FIRST.format(c='tenant')}, session_key = {_FIRST.format(c='session_key')}, "
     "event_type = CASE WHEN event_type = '' THEN topic ELSE event_type END, "
+    "status = CASE WHEN status = '' THEN 'live' ELSE status END, "
     + ", ".join(
         f"{c} = CASE WHEN actor_account = '' THEN {_FIRST.format(c=c)} ELSE {c} END" for c in _ACTOR
     )
@@ -115,25 +116,28 @@ def models(ledger: SessionLedger) -> Iterator[ReadModels]:
 def test_rows_after_the_first_leave_out_what_the_first_row_and_topic_say(
     ledger: SessionLedger,
 ) -> None:
-    """A first row holds every fact; a later message by the starter leaves tenant, key, type
-    and actor empty; another actor's is kept; archive events keep their type."""
+    """A first row holds every fact; a later message by the starter leaves tenant, key, type,
+    actor and a live status empty; another actor's is kept; archive events keep their type,
+    other statuses are kept."""
     ledger.add_message(ALICE, "s", "user", "hello")
     ledger.add_message(CAROL, "s", "user", "hi")
     ledger.commit(ALICE, "s")
+    ledger.evict(ADMIN, "s", account_id="acme")
     engine = ledger.core.store.event_recorder.engine
     with engine.connect() as connection:
         rows = connection.execute(
             text(
                 "SELECT originator_version, event_type, tenant, session_key, actor_account, "
-                "actor_user, actor_agent, actor_role, trace_id FROM chatledger_events "
+                "actor_user, actor_agent, actor_role, trace_id, status FROM chatledger_events "
                 "ORDER BY originator_version"
             )
         ).all()
     assert [tuple(r) for r in rows] == [
-        (1, "Started", "acme", "s", "acme", "alice", "support-bot", "member", "t-1"),
-        (2, "", "", "", "", "", "", "", ""),
-        (3, "", "", "", "acme", "carol", "helper", "member", "t-9"),
-        (4, "Committed", "", "", "", "", "", "", ""),
+        (1, "Started", "acme", "s", "acme", "alice", "support-bot", "member", "t-1", "live"),
+        (2, "", "", "", "", "", "", "", "", ""),
+        (3, "", "", "", "acme", "carol", "helper", "member", "t-9", ""),
+        (4, "Committed", "", "", "", "", "", "", "", ""),
+        (5, "", "", "", "ops", "root", "console", "admin", "adm", "evicted"),
     ]
 
 
