@@ -19,7 +19,7 @@ Two kinds of message (``--kind``): ``text``, the ~95-character chat lines of
 output, a reasoning item, an assistant message).
 Both stores get the same session key (``--key``; default a UUID string, the
 usual conversation id -- SQLiteSession stores the key in every row and in
-its index, the ledger once per row). Sizes hardly vary between rounds (only
+its index, the ledger in a session's first row). Sizes hardly vary between rounds (only
 random ids differ); the table still gives the median and min-max of each.
 
 Targets: ledger <= 1.5x SQLiteSession bytes per message, with and without
