@@ -121,25 +121,30 @@ def stored_facts(
     actor who started the session, a row after the first is slim (see the module doc)."""
     a = event.actor
     last_commit = after.last_commit_at
-    name = type(event).__name__
+    last_us = None if last_commit is None else to_micros(last_commit)
     if first is None or event.originator_version == 1:
-        naming: tuple[str, ...] = (
-            name, tenant, key, a.account_id, a.user_id, a.agent_id, a.role, a.trace_id,
+        head: tuple[object, ...] = (
+            type(event).__name__, tenant, key, a.account_id, a.user_id, a.agent_id, a.role,
+            a.trace_id, after.message_count, after.pending_tokens, after.turn_count,
+            after.commit_count, after.archive_count, last_us, after.status,
         )  # fmt: skip
-    else:
-        named = "" if not summary and name not in _NAMED_BY_TYPE else name
-        if a is first or a == first:
-            naming = (named, "", "", *_SAME_ACTOR)
+    else:  # slim
+        name = type(event).__name__
+        named = name if summary or name in _NAMED_BY_TYPE else ""
+        status = after.status
+        # (Principal is a frozen model of five strings: its __dict__ is those fields.)
+        if a is first or a.__dict__ == first.__dict__:
+            head = (
+                named, "", "", "", "", "", "", "", after.message_count, after.pending_tokens,
+                after.turn_count, after.commit_count, after.archive_count, last_us,
+                "" if status == LIVE else status,
+            )  # fmt: skip
         else:
-            naming = (named, "", "", a.account_id, a.user_id, a.agent_id, a.role, a.trace_id)
-    status: str = after.status
-    if status == LIVE and first is not None and event.originator_version != 1:
-        status = ""  # (slim)
-    head = (
-        *naming, after.message_count, after.pending_tokens, after.turn_count,
-        after.commit_count, after.archive_count,
-        None if last_commit is None else to_micros(last_commit), status,
-    )  # fmt: skip
+            head = (
+                named, "", "", a.account_id, a.user_id, a.agent_id, a.role, a.trace_id,
+                after.message_count, after.pending_tokens, after.turn_count, after.commit_count,
+                after.archive_count, last_us, "" if status == LIVE else status,
+            )  # fmt: skip
     write_key = event.idempotency_key
     line = summarize(event) if summary else ""
     # _make: a tuple of the fields as it stands (the generated __new__ binds 23 arguments).
