@@ -4,12 +4,12 @@ A row after a session's first may be slim (``chatledger.projections.facts``):
 its tenant and key empty (the first row's), its event type empty when the
 topic is the short name, its five actor columns empty when the actor is the
 one who started the session (the first row's actor), its status empty when
-it is live. Rows written before
-slim rows existed hold every column. Everything that reads those facts -- the
-audit log, the timeline, the archive history, tool usage, the projector's
-staging copy -- reads them through here, so slim, full and mixed stores give
-the same answers. The fill is one query per page of rows (the first rows of
-the sessions in it, through the session directory index), never one per row.
+it is live. Rows written before slim rows existed hold every column.
+Everything that reads those facts -- the audit log, the timeline, the archive
+history, tool usage, the projector's staging copy -- reads them through here,
+so slim, full and mixed stores give the same answers. The fill is one query
+per page of rows (the first rows of the sessions in it, through the stream
+index), never one per row.
 """
 
 from __future__ import annotations
