@@ -22,6 +22,7 @@ from sqlalchemy import text
 
 from chatledger import Principal, SessionLedger
 from chatledger.adapters.sql_read_models import READ_MODEL_NAMES, dump_rows
+from chatledger.projections.facts import FACT_COLUMNS
 from chatledger.read_models import ReadModels
 from support import ADMIN, ALICE, BOB, restore_fixture
 
@@ -313,3 +314,19 @@ def test_a_ledger_written_before_slim_rows_gets_them_and_reads_alike(
         assert [r.event_type for r in rows[-2:]] == ["MessageAdded"] * 2
         timeline = models.timeline(old, "s1", newest=True, limit=2)
         assert [r.actor for r in timeline] == [old, CAROL]
+
+
+def test_an_import_writes_the_very_facts_the_appends_wrote(
+    ledger: SessionLedger, tmp_path: Path
+) -> None:
+    """Import recomputes every row's facts in the slim form: column for column what the
+    appends stored (slim_facts of the replayed facts equals stored_facts of the append)."""
+    _history(ledger)
+    columns = f"id, {', '.join(FACT_COLUMNS)}"
+    query = text(f"SELECT {columns} FROM chatledger_events ORDER BY id")
+    with ledger.core.store.event_recorder.engine.connect() as connection:
+        written = [tuple(r) for r in connection.execute(query)]
+    with SessionLedger(f"sqlite:///{tmp_path / 'imported.db'}") as imported:
+        imported.import_(list(ledger.export(ADMIN)))
+        with imported.core.store.event_recorder.engine.connect() as connection:
+            assert [tuple(r) for r in connection.execute(query)] == written
