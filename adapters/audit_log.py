@@ -11,6 +11,7 @@ from eventsourcing.persistence import StoredEvent
 from sqlalchemy import Connection, select
 
 from chatledger.adapters.codec import PAYLOAD_COLUMNS, add_summaries
+from chatledger.adapters.fact_reads import event_type_of, fill_rows
 from chatledger.adapters.mapper import TimedStoredEvent
 from chatledger.adapters.schema import events_table, orders_by_transaction
 
@@ -31,6 +32,7 @@ def query_audit(
     Every event row carries its audit facts (actor, type, summary, the
     session's account and key), written in the same statement as the event,
     so the audit log is the store itself: never behind, nothing to rebuild.
+    Slim rows are filled in from their sessions' first rows (``fact_reads``).
     An account's events are found through its sessions (the session
     directory index, then each session's stream). On PostgreSQL the newest
     entries may still be joined, in between, by an older transaction that
@@ -43,7 +45,7 @@ def query_audit(
         t.c.tenant.label("account_id"),
         t.c.session_key,
         t.c.originator_version.label("version"),
-        t.c.event_type,
+        event_type_of(t).label("event_type"),
         t.c.actor_account,
         t.c.actor_user,
         t.c.actor_agent,
@@ -70,10 +72,10 @@ def query_audit(
     if until_us is not None:
         query = query.where(t.c.timestamp_us < until_us)
     if types is not None:
-        query = query.where(t.c.event_type.in_(list(types)))
+        query = query.where(event_type_of(t).in_(list(types)))
     order = (t.c.tx_id, t.c.id) if orders_by_transaction(connection.dialect.name) else (t.c.id,)
     rows = connection.execute(query.order_by(*order).limit(limit).offset(offset))
-    return add_summaries([dict(row) for row in rows.mappings()])
+    return add_summaries(fill_rows(connection, [dict(row) for row in rows.mappings()]))
 
 
 def query_rows_at(connection: Connection, positions: Iterable[int]) -> list[StoredEvent]:

@@ -32,6 +32,7 @@ from sqlalchemy import Engine, Table, Text, func, select, type_coerce
 from chatledger.adapters.append_postgres import PostgresAppender
 from chatledger.adapters.append_sqlite import SqliteAppender, SqliteWriter
 from chatledger.adapters.chain import ChainRow, stored_chain_row
+from chatledger.adapters.fact_reads import event_type_sql
 from chatledger.adapters.mapper import TimedNotification, TimedStoredEvent
 from chatledger.adapters.schema import position_sequence
 from chatledger.adapters.store_errors import OutcomeUnknown
@@ -283,7 +284,7 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
             sql += f" AND originator_version IN ({', '.join([mark] * len(versions))})"
             params.extend(versions)
         if types is not None:
-            sql += f" AND event_type IN ({', '.join([mark] * len(types))})"
+            sql += f" AND {event_type_sql()} IN ({', '.join([mark] * len(types))})"
             params.extend(types)
         connection = self.engine.raw_connection()
         try:

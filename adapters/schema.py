@@ -108,7 +108,9 @@ events_table = Table(
     Column("hash", LargeBinary, nullable=False),
     # Stored facts (chatledger.projections.facts): derived from the event and
     # the session state it leads to, written with it, so read models are kept
-    # set-wise in SQL. Not hashed: verify recomputes them by replaying.
+    # set-wise in SQL. Not hashed: verify recomputes them by replaying. A row
+    # after a session's first may be slim: what the first row or the topic says
+    # is left empty (read whole through chatledger.adapters.fact_reads).
     Column("event_type", Text, nullable=False),
     Column("tenant", Text, nullable=False),
     Column("session_key", Text, nullable=False),

@@ -57,6 +57,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.append_postgres import append_channel
 from chatledger.adapters.database import is_environmental
+from chatledger.adapters.fact_reads import (
+    FirstRow,
+    event_type_sql,
+    fill_tuples,
+    first_rows,
+    status_sql,
+)
 from chatledger.adapters.mapper import TimedStoredEvent
 from chatledger.adapters.schema import (
     CARRIES_ARCHIVES,
@@ -249,11 +256,13 @@ class EventLog:
         driver takes them (read and written at the driver level: this copies every
         event of a rebuild when the read models live in another database)."""
         mark = "?" if self.engine.dialect.name == "sqlite" else "%s"
-        sql = (
-            f"SELECT {', '.join(STAGE_COLUMNS)} FROM {events_table.name} WHERE {self._where(mark)}"
-        )
+        whole = {"event_type": event_type_sql(), "status": status_sql()}
+        columns = ", ".join(whole.get(c, c) for c in STAGE_COLUMNS)
+        sql = f"SELECT {columns} FROM {events_table.name} WHERE {self._where(mark)}"
         with store_errors("read the event log"), self.engine.connect() as connection:
-            rows = connection.exec_driver_sql(sql, self._bounds(after, last)).all()
+            found = connection.exec_driver_sql(sql, self._bounds(after, last)).all()
+            # Slim rows, whole: the staged copy has no first rows to fill them in from.
+            rows = fill_tuples(connection, found, STAGE_COLUMNS)
         session = STAGE_COLUMNS.index("originator_id")
         native = _uuid_text if to_dialect == "sqlite" else _uuid_value
         return [(*r[:session], native(r[session]), *r[session + 1 :]) for r in rows]
@@ -281,6 +290,9 @@ class EventLog:
         )  # fmt: skip
         with store_errors("read the event log"), self.engine.connect() as connection:
             rows = connection.execute(query).all()
+            if any(row[5] == "" for row in rows):  # slim rows: the key is the first row's
+                firsts = first_rows(connection, (row[1] for row in rows if row[5] == ""))
+                rows = [_with_identity(row, firsts) for row in rows]
         return [self._decode(*row) for row in rows]
 
     def _decode(
@@ -342,6 +354,13 @@ def _check_sqlite_version(engine: Engine) -> None:
 
 def _cursor_sql(cursor: LogCursor) -> ColumnElement[Any]:
     return tuple_(literal(cursor.tx), literal(cursor.position))
+
+
+def _with_identity(row: Any, firsts: dict[UUID, FirstRow]) -> Any:
+    """An ``archive_events`` row with the tenant and key of its session's first row, if
+    it is slim (and that first row is there)."""
+    first = firsts.get(row[1]) if row[5] == "" else None
+    return row if first is None else (*row[:5], first.tenant, first.key, *row[7:])
 
 
 def _uuid_text(value: Any) -> str:

@@ -227,7 +227,7 @@ FROM {source} WHERE {span} AND originator_version = 1
 """
 
 # A session's row is the facts of its last event: its counters and status
-# right after it, its time and version.
+# right after it, its time and version. (A slim row leaves a live status empty.)
 _WS_UPDATE = """
 UPDATE chatledger_working_set SET
     message_count = e.message_count,
@@ -236,7 +236,7 @@ UPDATE chatledger_working_set SET
     commit_count = e.commit_count,
     archive_count = e.archive_count,
     last_commit_us = e.last_commit_us,
-    status = e.status,
+    status = CASE WHEN e.status <> '' THEN e.status ELSE 'live' END,
     last_activity_us = e.timestamp_us,
     version = e.originator_version
 FROM ({touched}) AS d JOIN {source} e ON e.id = d.last_id
@@ -308,18 +308,34 @@ class WorkingSetModel(SqlReadModel):
 # each event's tokens count at most MAX_TOKENS (the input limit; older rows may
 # hold more), so a span's sums stay far inside 64 bits, and adding them to the
 # stored totals saturates at MAX_INT instead of failing the whole batch.
+# A slim row (an empty tenant; see chatledger.projections.facts) names its session's
+# account and key in the session's first row: looked up once per session and tool
+# whose rows in the span are all slim, through the stream index. (A staging table
+# holds its rows filled in already.) "WHERE true": SQLite's upsert after a join.
+_FIRST_ROW = """(SELECT f.{column} FROM {source} f
+        WHERE f.originator_id = g.originator_id AND f.originator_version = 1)"""
 _USAGE_UPSERT = """
 INSERT INTO chatledger_usage (session_id, tool_name, account_id, session_key, call_count,
     success_count, fail_count, prompt_tokens, completion_tokens, total_tokens)
-SELECT originator_id, tool_name, tenant, session_key, SUM(COALESCE(tool_calls, 1)),
-    SUM(CASE WHEN tool_calls IS NOT NULL THEN tool_calls - tool_failures
-        WHEN tool_status = 'success' THEN 1 ELSE 0 END),
-    SUM(CASE WHEN tool_calls IS NOT NULL THEN tool_failures
-        WHEN tool_status = 'success' THEN 0 ELSE 1 END),
-    SUM({least}(prompt_tokens, {tokens})), SUM({least}(completion_tokens, {tokens})),
-    SUM({least}(prompt_tokens, {tokens}) + {least}(completion_tokens, {tokens}))
-FROM {source} WHERE {span} AND tool_name IS NOT NULL
-GROUP BY originator_id, tool_name, tenant, session_key
+SELECT g.originator_id, g.tool_name,
+    CASE WHEN g.tenant <> '' THEN g.tenant ELSE {first_tenant} END,
+    CASE WHEN g.tenant <> '' THEN g.session_key ELSE {first_key} END,
+    g.call_count, g.success_count, g.fail_count, g.prompt_tokens, g.completion_tokens,
+    g.total_tokens
+FROM (
+    SELECT originator_id, tool_name, MAX(tenant) AS tenant, MAX(session_key) AS session_key,
+        SUM(COALESCE(tool_calls, 1)) AS call_count,
+        SUM(CASE WHEN tool_calls IS NOT NULL THEN tool_calls - tool_failures
+            WHEN tool_status = 'success' THEN 1 ELSE 0 END) AS success_count,
+        SUM(CASE WHEN tool_calls IS NOT NULL THEN tool_failures
+            WHEN tool_status = 'success' THEN 0 ELSE 1 END) AS fail_count,
+        SUM({least}(prompt_tokens, {tokens})) AS prompt_tokens,
+        SUM({least}(completion_tokens, {tokens})) AS completion_tokens,
+        SUM({least}(prompt_tokens, {tokens}) + {least}(completion_tokens, {tokens}))
+            AS total_tokens
+    FROM {source} WHERE {span} AND tool_name IS NOT NULL
+    GROUP BY originator_id, tool_name
+) AS g WHERE true
 ON CONFLICT (session_id, tool_name) DO UPDATE SET
     call_count = {add_call_count},
     success_count = {add_success_count},
@@ -349,6 +365,8 @@ class UsageModel(SqlReadModel):
     def apply(self, connection: Connection, span: Span) -> None:
         least = "LEAST" if connection.dialect.name == "postgresql" else "MIN"
         statement = _USAGE_UPSERT.format(
+            first_tenant=_FIRST_ROW.format(column="tenant", source=span.source),
+            first_key=_FIRST_ROW.format(column="session_key", source=span.source),
             source=span.source,
             span=span.where(),
             least=least,

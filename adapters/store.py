@@ -153,11 +153,13 @@ class EventStoreApplication(Application[UUID]):
         sealing = (
             self._sealing(session, [event for event, _ in pending]) if self.keyring.seal else None
         )
-        tenant, key, encode = session.tenant, session.key, self._encode
+        tenant, key, first, encode = (
+            session.tenant, session.key, session.started_by, self._encode
+        )  # fmt: skip
         stored = []
         for event, counters in pending:
             row = encode(event, sealing)
-            row.__dict__["facts"] = stored_facts(event, tenant, key, counters)
+            row.__dict__["facts"] = stored_facts(event, tenant, key, counters, first=first)
             stored.append(row)
         positions = self.event_recorder.insert_events(stored)
         if self.snapshots is not None and session.should_snapshot(self.snapshot_interval):
@@ -176,7 +178,9 @@ class EventStoreApplication(Application[UUID]):
             sealing = self._sealing(session, [event for event, _ in pending])
             for event, counters in pending:
                 row = self._encode(event, sealing)
-                row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
+                row.__dict__["facts"] = stored_facts(
+                    event, session.tenant, session.key, counters, first=session.started_by
+                )
                 stored.append(row)
         positions = self.event_recorder.insert_events(stored) if stored else []
         result, start = [], 0

@@ -2,7 +2,8 @@
 
 A timeline (a viewer's, or an embedder's) needs per event what the audit log
 shows plus the session's counters right after it -- all of it stored facts
-(``chatledger.projections.facts``), so nothing is decoded. Every query here
+(``chatledger.projections.facts``; slim rows filled in from the session's first
+row, ``fact_reads``), so nothing is decoded. Every query here
 goes through the stream index ``(originator_id, originator_version)``: a page
 or a sample costs what it returns, never the length of the session.
 """
@@ -13,9 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, select, text
+from sqlalchemy import Connection, Select, select, text
 
 from chatledger.adapters.codec import PAYLOAD_COLUMNS, add_summaries
+from chatledger.adapters.fact_reads import event_type_of, fill_rows, status_of
 from chatledger.adapters.schema import events_table
 
 _t = events_table
@@ -25,7 +27,7 @@ _COLUMNS = (
     _t.c.tenant.label("account_id"),
     _t.c.session_key,
     _t.c.originator_version.label("version"),
-    _t.c.event_type,
+    event_type_of(_t).label("event_type"),
     _t.c.actor_account,
     _t.c.actor_user,
     _t.c.actor_agent,
@@ -39,7 +41,7 @@ _COLUMNS = (
     _t.c.commit_count,
     _t.c.archive_count,
     _t.c.last_commit_us,
-    _t.c.status,
+    status_of(_t).label("status"),
     _t.c.tool_name,
     _t.c.tool_status,
     _t.c.prompt_tokens,
@@ -69,7 +71,9 @@ def query_timeline(
         query = query.where(_t.c.originator_version < before_version)
     version = _t.c.originator_version
     query = query.order_by(version.desc() if newest else version.asc()).limit(limit)
-    rows = add_summaries([dict(row) for row in connection.execute(query).mappings()])
+    rows = add_summaries(
+        fill_rows(connection, [dict(r) for r in connection.execute(query).mappings()])
+    )
     if newest:
         rows.reverse()
     return rows
@@ -84,7 +88,15 @@ def query_versions(
         .where(_t.c.originator_id == session_id, _t.c.originator_version.in_(list(versions)))
         .order_by(_t.c.originator_version)
     )
-    return add_summaries([dict(row) for row in connection.execute(query).mappings()])
+    return add_summaries(
+        fill_rows(connection, [dict(r) for r in connection.execute(query).mappings()])
+    )
+
+
+def _rows(connection: Connection, query: Select[Any]) -> list[dict[str, Any]]:
+    """The rows of a timeline query, filled in and with their summaries."""
+    rows = [dict(row) for row in connection.execute(query).mappings()]
+    return add_summaries(fill_rows(connection, rows))
 
 
 def query_head_version(connection: Connection, *, session_id: UUID) -> int | None:

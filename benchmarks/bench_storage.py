@@ -11,7 +11,8 @@ SQLite files. Contenders, every round, in a rotated order:
   never committing.
 * ``ledger, commit every N`` (``--commit-every``, default 200): the same, with a
   ``commit`` (the default summarizer) whenever N messages are live -- what
-  snapshots and archives add.
+  snapshots and archives add (the table shows both: the snapshot table with its
+  index, and the payloads of the commit events).
 
 Two kinds of message (``--kind``): ``text``, the ~95-character chat lines of
 ``bench_load.py``, and ``items``, the five OpenAI Agents item shapes of
@@ -19,7 +20,7 @@ Two kinds of message (``--kind``): ``text``, the ~95-character chat lines of
 output, a reasoning item, an assistant message).
 Both stores get the same session key (``--key``; default a UUID string, the
 usual conversation id -- SQLiteSession stores the key in every row and in
-its index, the ledger once per row). Sizes hardly vary between rounds (only
+its index, the ledger in a session's first row). Sizes hardly vary between rounds (only
 random ids differ); the table still gives the median and min-max of each.
 
 Targets: ledger <= 1.5x SQLiteSession bytes per message, with and without
@@ -94,6 +95,21 @@ def snapshot_bytes(path: Path) -> int:
     return int(row[0])
 
 
+def commit_bytes(path: Path) -> int:
+    """Payload bytes of the ledger's ``Committed`` and ``ArchiveMerged`` events (0 if none)."""
+    connection = sqlite3.connect(path)
+    try:
+        row = connection.execute(
+            "SELECT COALESCE(SUM(LENGTH(state)), 0) FROM chatledger_events "
+            "WHERE topic IN ('Committed', 'ArchiveMerged')"
+        ).fetchone()
+    except sqlite3.Error:
+        return 0
+    finally:
+        connection.close()
+    return int(row[0])
+
+
 def write_agents(key: str, batch: int) -> Writer:
     from agents.memory import SQLiteSession
 
@@ -145,6 +161,7 @@ def run_kind(kind: str, args: argparse.Namespace, directory: Path) -> bool:
     }
     per_message: dict[str, list[float]] = {name: [] for name in writers}
     snapshots: dict[str, list[int]] = {name: [] for name in writers}
+    commits: dict[str, list[int]] = {name: [] for name in writers}
     seconds: dict[str, list[float]] = {name: [] for name in writers}
     names = list(writers)
     for r in range(args.rounds):
@@ -155,12 +172,13 @@ def run_kind(kind: str, args: argparse.Namespace, directory: Path) -> bool:
             seconds[name].append(time.perf_counter() - start)
             per_message[name].append(file_bytes(path) / len(msgs))
             snapshots[name].append(snapshot_bytes(path) if name != AGENTS else 0)
+            commits[name].append(commit_bytes(path) if name != AGENTS else 0)
             for stale in directory.glob(path.name + "*"):
                 stale.unlink()
     base = statistics.median(per_message[AGENTS])
     table = Table(title=f"{kind}: {args.messages:,} messages, key of {len(args.key)} characters")
     for column in ("store", "bytes/message (median)", "min-max", "snapshots MB",
-                   "x SQLiteSession", "write s"):  # fmt: skip
+                   "commit events MB", "x SQLiteSession", "write s"):  # fmt: skip
         table.add_column(column, justify="left" if column == "store" else "right")
     for name in names:
         median = statistics.median(per_message[name])
@@ -169,6 +187,7 @@ def run_kind(kind: str, args: argparse.Namespace, directory: Path) -> bool:
             f"{median:,.1f}",
             spread(per_message[name]),
             f"{statistics.median(snapshots[name]) / 1e6:,.2f}",
+            f"{statistics.median(commits[name]) / 1e6:,.2f}",
             f"{median / base:.2f}x",
             f"{statistics.median(seconds[name]):,.1f}",
         )

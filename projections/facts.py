@@ -11,11 +11,25 @@ sums tool calls) instead of decoding every payload. They are derived from the
 event and the session state it leads to, so ``verify`` recomputes them while
 it replays each session. Rows of the compact stored form (format 2) leave the
 summary empty: it is derived from the event when read (``summarize``), which
-saves some fifty bytes a message. Pure: no I/O, no clock.
+saves some fifty bytes a message.
+
+Slim rows. A session's first row holds every fact; the rows after it, as
+written since slim rows exist, leave empty what that first row or the row's
+own topic already says (``slim_facts``): the tenant and key (always the first
+row's), the event type when the topic is its short name (format 2) -- except
+for the events that carry archives, which a partial index finds by type --,
+the five actor columns when the actor is the one who started the session (an
+empty ``actor_account``, which a real actor never has, says so), and the
+status when it is ``live``. Some seventy bytes a message. Rows written
+before, with every column filled, stay as they are and read the same: readers
+fill a slim row in from its session's first row
+(``chatledger.adapters.fact_reads``), and ``edited_facts`` accepts either
+form. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from chatledger.domain.events import (
@@ -42,9 +56,10 @@ from chatledger.domain.events import (
     UsageImported,
 )
 from chatledger.domain.eventsourced import SessionEvent
-from chatledger.domain.session import SessionCounters
+from chatledger.domain.session import LIVE, SessionCounters
 from chatledger.domain.timestamps import to_micros
-from chatledger.domain.values import printable
+from chatledger.domain.values import Principal, printable
+from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
 
 _SUMMARY_ERROR_CHARS = 80
 EVENT_NAMES: frozenset[str] = frozenset(cls.__name__ for cls in EVENT_TYPES)
@@ -84,6 +99,8 @@ class StoredFacts(NamedTuple):
 
 FACT_COLUMNS: tuple[str, ...] = StoredFacts._fields
 _make = StoredFacts._make
+_NAMED_BY_TYPE = frozenset(ARCHIVE_EVENT_TYPES)  # keep their event type (a partial index)
+_SAME_ACTOR = ("", "", "", "", "")  # the five actor columns of a slim row: the starter's
 
 
 def _count(count: int, noun: str) -> str:
@@ -97,17 +114,37 @@ def stored_facts(
     after: SessionCounters,
     *,
     summary: bool = False,
+    first: Principal | None = None,
 ) -> StoredFacts:
     """The facts of ``event``, of the session ``(tenant, key)``, which left it at ``after``;
-    ``summary`` for a row of format 1, which stores the summary too."""
+    ``summary`` for a row of format 1, which stores the summary too. With ``first``, the
+    actor who started the session, a row after the first is slim (see the module doc)."""
     a = event.actor
     last_commit = after.last_commit_at
-    head = (
-        type(event).__name__, tenant, key, a.account_id, a.user_id, a.agent_id, a.role,
-        a.trace_id, after.message_count, after.pending_tokens, after.turn_count,
-        after.commit_count, after.archive_count,
-        None if last_commit is None else to_micros(last_commit), after.status,
-    )  # fmt: skip
+    last_us = None if last_commit is None else to_micros(last_commit)
+    if first is None or event.originator_version == 1:
+        head: tuple[object, ...] = (
+            type(event).__name__, tenant, key, a.account_id, a.user_id, a.agent_id, a.role,
+            a.trace_id, after.message_count, after.pending_tokens, after.turn_count,
+            after.commit_count, after.archive_count, last_us, after.status,
+        )  # fmt: skip
+    else:  # slim
+        name = type(event).__name__
+        named = name if summary or name in _NAMED_BY_TYPE else ""
+        status = after.status
+        # (Principal is a frozen model of five strings: its __dict__ is those fields.)
+        if a is first or a.__dict__ == first.__dict__:
+            head = (
+                named, "", "", "", "", "", "", "", after.message_count, after.pending_tokens,
+                after.turn_count, after.commit_count, after.archive_count, last_us,
+                "" if status == LIVE else status,
+            )  # fmt: skip
+        else:
+            head = (
+                named, "", "", a.account_id, a.user_id, a.agent_id, a.role, a.trace_id,
+                after.message_count, after.pending_tokens, after.turn_count, after.commit_count,
+                after.archive_count, last_us, "" if status == LIVE else status,
+            )  # fmt: skip
     write_key = event.idempotency_key
     line = summarize(event) if summary else ""
     # _make: a tuple of the fields as it stands (the generated __new__ binds 23 arguments).
@@ -123,6 +160,41 @@ def stored_facts(
         *head, tool.tool_name, tool.status, tool.prompt_tokens, tool.completion_tokens,
         line, write_key, None, None,
     ))  # fmt: skip
+
+
+def slim_facts(facts: StoredFacts, version: int, first: Principal, *, compact: bool) -> StoredFacts:
+    """The slim form of a row's full ``facts`` (what ``stored_facts`` with ``first`` gives):
+    the row is at ``version`` of a session started by ``first``; ``compact`` if its topic
+    is the event type's short name (format 2)."""
+    if version == 1:
+        return facts
+    named = facts.event_type
+    if compact and named not in _NAMED_BY_TYPE:
+        named = ""
+    actor = facts[3:8]
+    if actor == (first.account_id, first.user_id, first.agent_id, first.role, first.trace_id):
+        actor = _SAME_ACTOR
+    status = "" if facts.status == LIVE else facts.status
+    return _make((named, "", "", *actor, *facts[8:14], status, *facts[15:]))
+
+
+def edited_facts(
+    stored: Sequence[object], full: StoredFacts, version: int, first: Principal, *, compact: bool
+) -> list[str] | None:
+    """None if a row's ``stored`` facts are ``full`` in one of the forms a row may hold
+    them -- whole (every row written before slim rows, and every first row) or slim --
+    else the columns that differ from the form it holds (an empty list if none held)."""
+    found = tuple(stored)
+    if found == full:
+        return None
+    slim = slim_facts(full, version, first, compact=compact)
+    if found == slim:
+        return None
+    # The form the row is in: a slim one has no tenant.
+    wanted = slim if version != 1 and found[1:2] == ("",) else full
+    return [
+        name for name, want, got in zip(FACT_COLUMNS, wanted, found, strict=False) if want != got
+    ]
 
 
 def summarize(event: SessionEvent) -> str:

@@ -43,8 +43,9 @@ def tamper(ledger: SessionLedger, key_version: int) -> None:
     with engine.begin() as connection:
         row: Any = connection.execute(
             text(
-                "SELECT id, state FROM chatledger_events WHERE tenant = 'acme' "
-                "AND session_key = 't-1' AND originator_version = :v"
+                "SELECT e.id, e.state FROM chatledger_events e JOIN chatledger_events f "
+                "ON f.originator_id = e.originator_id AND f.originator_version = 1 "
+                "WHERE f.tenant = 'acme' AND f.session_key = 't-1' AND e.originator_version = :v"
             ),
             {"v": key_version},
         ).one()

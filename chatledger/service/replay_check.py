@@ -23,7 +23,7 @@ from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.identity import session_id
 from chatledger.domain.session import Session
-from chatledger.projections.facts import StoredFacts, stored_facts
+from chatledger.projections.facts import StoredFacts, edited_facts, stored_facts
 
 _FACTS_AT = 7  # where a scanned row's facts start (adapters.chain_scan)
 
@@ -154,12 +154,10 @@ def check_replay(
                 "an event this chatledger version can apply", str(error),
             )  # fmt: skip
         facts = row[_FACTS_AT:]
-        if facts != expected:
-            changed = [
-                name
-                for name, want, got in zip(StoredFacts._fields, expected, facts, strict=False)
-                if want != got
-            ]
+        changed = None if facts == expected else edited_facts(
+            facts, expected, version, session.started_by, compact=is_compact(topic)
+        )  # fmt: skip
+        if changed is not None:
             return _broken(
                 sid, row, "stored facts differ from the event",
                 "facts derived from the verified events",

@@ -25,6 +25,7 @@ from eventsourcing.persistence import IntegrityError
 from pydantic import ValidationError
 
 from chatledger.adapters.chain import ChainRow, first_breaks
+from chatledger.adapters.codec import is_compact
 from chatledger.adapters.sealing import key_id_of
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.failures import InvalidInput
@@ -32,7 +33,7 @@ from chatledger.domain.ports import KeyRecord, KeyStore
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
 from chatledger.domain.values import Principal
-from chatledger.projections.facts import StoredFacts
+from chatledger.projections.facts import StoredFacts, slim_facts
 from chatledger.results import ImportResult
 from chatledger.service.integrity import sessions_of
 from chatledger.service.replay_check import Forged, Unreplayable, replay_row
@@ -249,7 +250,7 @@ def _replay(
         if row.version == 1:  # rows are in (session, version) order: a new session
             session = None
         try:
-            session, facts[row.position] = replay_row(store, row, session)
+            session, full = replay_row(store, row, session)
         except Forged as error:
             raise InvalidInput(
                 f"Session {row.originator_id} {error}; the file was altered (without a "
@@ -260,6 +261,10 @@ def _replay(
                 f"Event {row.version} of session {row.originator_id} cannot be replayed "
                 f"({error}); nothing was imported."
             ) from None
+        # Stored as the append stores them: slim after a session's first row.
+        facts[row.position] = slim_facts(
+            full, row.version, session.started_by, compact=is_compact(row.topic)
+        )
         if done % _PROGRESS_EVERY == 0:
             report("verify", done, len(rows))
     report("verify", len(rows), len(rows))
