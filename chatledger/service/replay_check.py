@@ -57,8 +57,20 @@ def replay_event(
     session: Session | None,
 ) -> tuple[Session, StoredFacts]:
     """``replay_row`` of a row given by its values."""
+    return _replayed(_mapper(store), sid, version, topic, state, timestamp_us, session)
+
+
+def _replayed(
+    mapper: PydanticMapper,
+    sid: UUID,
+    version: int,
+    topic: str,
+    state: bytes,
+    timestamp_us: int,
+    session: Session | None,
+) -> tuple[Session, StoredFacts]:
     try:
-        event = _mapper(store).event_of_row(sid, version, topic, state, timestamp_us)
+        event = mapper.event_of_row(sid, version, topic, state, timestamp_us)
         if not isinstance(event, SessionEvent):
             raise TypeError(f"{topic} is not a session event")
         replayed = event.mutate(session)
@@ -137,12 +149,11 @@ def check_replay(
     Returns the first problem."""
     stored = {version: (topic, state) for version, topic, state in snapshots}
     session: Session | None = None
+    mapper = _mapper(store)
     for row in rows:
         _, _, version, topic, state, timestamp_us = row[:6]
         try:
-            session, expected = replay_event(
-                store, sid, version, topic, state, timestamp_us, session
-            )
+            session, expected = _replayed(mapper, sid, version, topic, state, timestamp_us, session)
         except Forged as error:
             return _broken(
                 sid, row, "identity does not derive",
