@@ -427,10 +427,11 @@ class BuiltMessages:
 
     __slots__ = ("_messages", "ids", "tokens", "user_turns")
 
-    def __init__(self, messages: list[Message]) -> None:
+    def __init__(self, messages: list[Message], tokens: list[int] | None = None) -> None:
+        """``tokens``: each message's ``Message.tokens``, if counted already."""
         self._messages = messages
         self.ids = [m.id for m in messages]
-        self.tokens = sum(m.tokens for m in messages)
+        self.tokens = sum(m.tokens for m in messages) if tokens is None else sum(tokens)
         self.user_turns = sum(1 for m in messages if m.role == "user")
 
     def __len__(self) -> int:

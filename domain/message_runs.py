@@ -22,9 +22,20 @@ class MessageRun(Protocol):
     """Consecutive ``MessageAdded`` events replayed together: their messages, in order,
     each built on request; equal to the messages those events carry."""
 
-    ids: Sequence[str]  # of each message, in order
-    tokens: int  # the sum of their Message.tokens
-    user_turns: int  # how many have the role "user"
+    @property
+    def ids(self) -> Sequence[str]:
+        """The id of each message, in order."""
+        ...
+
+    @property
+    def tokens(self) -> int:
+        """The sum of their ``Message.tokens``."""
+        ...
+
+    @property
+    def user_turns(self) -> int:
+        """How many have the role ``"user"``."""
+        ...
 
     def __len__(self) -> int: ...
 

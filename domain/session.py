@@ -652,15 +652,15 @@ class Session(BaseAggregate[UUID]):
             self._build()
         return self._buffer
 
+    @buffer.setter
+    def buffer(self, messages: dict[str, Message]) -> None:
+        self._buffer = messages
+        self._unbuilt = []
+
     def _build(self) -> None:
         buffer = self._buffer
         for run in self._unbuilt:
             buffer.update(zip(run.ids, run.messages(), strict=True))
-        self._unbuilt = []
-
-    @buffer.setter
-    def buffer(self, messages: dict[str, Message]) -> None:
-        self._buffer = messages
         self._unbuilt = []
 
     @property

@@ -176,7 +176,8 @@ def texts_tokens(contents: list[str]) -> int:
     lengths = list(map(len, contents))
     # A text of under four characters counts one token, not len // 4 == 0 of them.
     short = lengths.count(0) + lengths.count(1) + lengths.count(2) + lengths.count(3)
-    return sum(map(floordiv, lengths, repeat(4, len(lengths)))) + short
+    quarters: int = sum(map(floordiv, lengths, repeat(4, len(lengths))))
+    return quarters + short
 
 
 def message_tokens(content: str, item: dict[str, Any] | None) -> int:

@@ -9,6 +9,8 @@
   summed.
 - ``Session.replay_run`` keeps a run unbuilt and leaves the state of replaying it one by
   one; a cold ``context()`` equals a warm one, erased content reading ``[erased]``.
+- ``verify(deep=True)`` applies runs of messages at once and still reports the row whose
+  fact was doctored, or which cannot be applied, in the order the rows come.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_audit import REPLAYED, _execute, _mutate_column, _rechained, _rows, _state_bytes
 from test_stored_form import T0, message_added
 
 from chatledger import SessionLedger
@@ -38,7 +41,7 @@ from chatledger.domain.events import MessageAdded
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import ERASED, Message, estimate_tokens, texts_tokens
-from support import ALICE
+from support import ADMIN, ALICE
 
 KEY_ID = "key-1"
 CIPHER = AESGCM(os.urandom(32))
@@ -295,3 +298,68 @@ def test_a_cold_context_of_an_erased_session_reads_erased(
     writer.erase(ALICE, "gone")
     context = make_ledger(encryption=True).context(ALICE, "gone")
     assert context.messages and all(m.content == ERASED for m in context.messages)
+
+
+@pytest.fixture
+def runs(make_ledger: Callable[..., SessionLedger]) -> SessionLedger:
+    """A session of long runs of messages (some with tool calls), commits and snapshots."""
+    ledger = make_ledger(snapshot_interval=4)
+    for batch in range(3):
+        ledger.add_messages(ALICE, "runs", [
+            {"role": "user" if n % 2 else "assistant", "content": f"message {batch}.{n}"}
+            | ({"tool_call": {"tool_name": "search", "prompt_tokens": n}} if n % 3 == 0 else {})
+            for n in range(9)
+        ])  # fmt: skip
+        ledger.commit(ALICE, "runs")
+    ledger.add_messages(ALICE, "runs", [{"role": "user", "content": "tail"}] * 3)
+    assert ledger.verify(ADMIN, deep=True).ok
+    return ledger
+
+
+@pytest.mark.parametrize("column", REPLAYED)
+def test_a_doctored_fact_in_a_run_of_messages_is_found_at_its_row(
+    runs: SessionLedger, column: str
+) -> None:
+    """verify(deep=True) checks runs of messages at once, and still names the row whose
+    fact was doctored: the first of a run, one inside, the last of the session."""
+    messages = [r for r in _rows(runs) if r["event_type"] == "MessageAdded"]
+    for row in (messages[0], messages[4], messages[-1]):
+        _mutate_column(runs, row, column, at=1)
+        (issue,) = runs.verify(ADMIN, deep=True).issues
+        assert (issue.reason, issue.position) == ("stored facts differ from the event", row["id"])
+        assert column in issue.found
+        _execute(runs, f"UPDATE chatledger_events SET {column} = :value WHERE id = :id",
+                 value=row[column], id=row["id"])  # fmt: skip
+    assert runs.verify(ADMIN, deep=True).ok
+
+
+def test_a_row_inside_a_run_that_cannot_be_applied_is_reported_after_earlier_facts(
+    runs: SessionLedger,
+) -> None:
+    """A chain-consistent message row with a role no message has, inside a run: reported
+    as unreplayable at its row -- after a doctored fact earlier in the same run."""
+    lines = list(runs.export(ADMIN))
+    records = [json.loads(line) for line in lines[1:]]
+    spoilt = sorted(
+        (r for r in records if r["topic"] == "MessageAdded"), key=lambda r: r["version"]
+    )[5]
+
+    def spoil(edited: list[dict[str, Any]]) -> None:
+        for record in edited:
+            if record["position"] == spoilt["position"]:
+                payload = json.loads(_state_bytes(record))
+                record.pop("event", None)
+                payload["r"] = "robot"
+                record["state"] = json.dumps(payload, separators=(",", ":"))
+
+    for record in map(json.loads, _rechained(lines, spoil)[1:]):
+        _execute(runs, "UPDATE chatledger_events SET state = :state, hash = :hash WHERE id = :id",
+                 state=_state_bytes(record), hash=bytes.fromhex(record["hash"]),
+                 id=record["position"])  # fmt: skip
+    assert runs.verify(ADMIN).ok
+    (issue,) = runs.verify(ADMIN, deep=True).issues
+    assert (issue.reason, issue.position) == ("event cannot be replayed", spoilt["position"])
+    earlier = next(r for r in _rows(runs) if r["id"] == spoilt["position"] - 2)
+    _mutate_column(runs, earlier, "pending_tokens", at=1)
+    (issue,) = runs.verify(ADMIN, deep=True).issues
+    assert (issue.reason, issue.position) == ("stored facts differ from the event", earlier["id"])

@@ -15,14 +15,14 @@ from typing import Any
 from uuid import UUID
 
 from chatledger.adapters.chain import BrokenLink, ChainRow
-from chatledger.adapters.codec import is_compact
+from chatledger.adapters.codec import BuiltMessages, is_compact
 from chatledger.adapters.mapper import PydanticMapper
 from chatledger.adapters.store import EventStoreApplication
-from chatledger.domain.events import Forked, Started
+from chatledger.domain.events import Forked, MessageAdded, Started
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.identity import session_id
-from chatledger.domain.session import Session
+from chatledger.domain.session import Session, SessionCounters
 from chatledger.projections.facts import StoredFacts, stored_facts
 
 _FACTS_AT = 7  # where a scanned row's facts start (adapters.chain_scan)
@@ -146,11 +146,29 @@ def check_replay(
     """Replay a session's (chain-verified) rows -- tuples as ``adapters.chain_scan`` reads
     them, with every fact -- and compare: each row's stored facts must be its event's, and
     each of its stored ``snapshots`` (version, topic, state) the state replayed up to it.
-    Returns the first problem."""
+    Returns the first problem.
+
+    A run of messages is applied in one step (``Session.replay_run``, as a load does),
+    each row's counters counted alongside: the same facts as applying them one by one."""
     stored = {version: (topic, state) for version, topic, state in snapshots}
     session: Session | None = None
     mapper = _mapper(store)
-    for row in rows:
+    index, count = 0, len(rows)
+    while index < count:
+        if session is not None:
+            run = _message_run(rows, index, stored)
+            if len(run) > 1:
+                session, done, problem = _check_messages(mapper, sid, run, session)
+                if problem is not None:
+                    return problem
+                index += done
+                if done == len(run):
+                    problem = _check_snapshot_at(store, session, stored)
+                    if problem is not None:
+                        return problem
+                    continue  # else the row that did not decode is reported below
+        row = rows[index]
+        index += 1
         _, _, version, topic, state, timestamp_us = row[:6]
         try:
             session, expected = _replayed(mapper, sid, version, topic, state, timestamp_us, session)
@@ -164,24 +182,89 @@ def check_replay(
                 sid, row, "event cannot be replayed",
                 "an event this chatledger version can apply", str(error),
             )  # fmt: skip
-        facts = row[_FACTS_AT:]
-        if facts != expected:
-            changed = [
-                name
-                for name, want, got in zip(StoredFacts._fields, expected, facts, strict=False)
-                if want != got
-            ]
-            return _broken(
-                sid, row, "stored facts differ from the event",
-                "facts derived from the verified events",
-                f"edited fact columns: {', '.join(changed) or 'all (none stored)'}",
-            )  # fmt: skip
-        snapshot = stored.get(version)
-        if snapshot is not None:
-            problem = _check_snapshot(store, session, *snapshot)
-            if problem is not None:
-                return problem
+        problem = _facts_problem(sid, row, expected) or _check_snapshot_at(store, session, stored)
+        if problem is not None:
+            return problem
     return None
+
+
+def _message_run(
+    rows: Sequence[tuple[Any, ...]], index: int, stored: dict[int, Any]
+) -> Sequence[tuple[Any, ...]]:
+    """The rows of format-2 messages from ``index`` on, ending at the first one with a
+    stored snapshot (its state is compared right after it)."""
+    end = index
+    count = len(rows)
+    while end < count and rows[end][3] == "MessageAdded":
+        end += 1
+        if rows[end - 1][2] in stored:
+            break
+    return rows[index:end]
+
+
+def _check_messages(
+    mapper: PydanticMapper, sid: UUID, run: Sequence[tuple[Any, ...]], session: Session
+) -> tuple[Session, int, BrokenLink | None]:
+    """Apply a run of message rows to ``session`` at once and compare each row's facts with
+    the facts of applying them one by one. Returns the session, how many rows were
+    applied (up to the first that does not decode, left to the caller), and the first
+    row whose facts differ."""
+    events: list[MessageAdded] = []
+    for row in run:
+        try:
+            event = mapper.event_of_row(sid, row[2], row[3], row[4], row[5])
+        except Exception:  # the one-by-one replay reports it
+            break
+        if type(event) is not MessageAdded:
+            break
+        events.append(event)
+    if not events:
+        return session, 0, None
+    messages = [event.message for event in events]
+    tokens = [message.tokens for message in messages]
+    before = session.counters()
+    last = events[-1]
+    try:
+        session.replay_run(BuiltMessages(messages, tokens), last.originator_version, last.timestamp)
+    except ValueError:  # not the next versions (chain-verified rows are): one by one
+        return session, 0, None
+    # After each message: the counters after the run, with the three it moves counted so far.
+    after = session.counters()
+    messages_now, pending, turns = before[0], before[1], before[2]
+    tenant, key = session.tenant, session.key
+    for row, event, message, used in zip(run, events, messages, tokens, strict=False):
+        messages_now += 1
+        pending += used
+        if message.role == "user":
+            turns += 1
+        counters = SessionCounters(messages_now, pending, turns, *after[3:])
+        problem = _facts_problem(sid, row, stored_facts(event, tenant, key, counters))
+        if problem is not None:
+            return session, len(events), problem
+    return session, len(events), None
+
+
+def _facts_problem(sid: UUID, row: tuple[Any, ...], expected: StoredFacts) -> BrokenLink | None:
+    facts = row[_FACTS_AT:]
+    if facts == expected:
+        return None
+    changed = [
+        name
+        for name, want, got in zip(StoredFacts._fields, expected, facts, strict=False)
+        if want != got
+    ]
+    return _broken(
+        sid, row, "stored facts differ from the event",
+        "facts derived from the verified events",
+        f"edited fact columns: {', '.join(changed) or 'all (none stored)'}",
+    )  # fmt: skip
+
+
+def _check_snapshot_at(
+    store: EventStoreApplication, session: Session, stored: dict[int, tuple[str, bytes]]
+) -> BrokenLink | None:
+    snapshot = stored.get(session.version)
+    return None if snapshot is None else _check_snapshot(store, session, *snapshot)
 
 
 def _check_snapshot(
