@@ -77,6 +77,7 @@ _MESSAGE_KEYS = frozenset({"a", "i", "r", "c", "n", "x", "t", "at", "ts", "k"})
 _PLAIN_KEYS = frozenset({"a", "i", "r", "c", "n", "x", "k"})  # what trusted_messages builds
 _TEXT_KEYS = frozenset({"a", "i", "r", "c", "n", "k"})  # a plain text message (StoredMessages)
 _CHECKED_KEYS = frozenset({"a", "i", "r", "c", "n", "x", "t", "k"})  # message_added_of_row
+_ITEM_KEYS = frozenset({"a", "i", "x", "t", "k"})  # an item without its derived text
 # What the validated decode sets (pydantic's fields_set): the same, built without it.
 _FIELDS_SET = frozenset({"id", "role", "content", "created_at", "name"})
 _EVENT_FIELDS_SET = frozenset(
@@ -445,13 +446,14 @@ class BuiltMessages:
 
 
 _actors: dict[tuple[str, ...], Principal] = {}
-_last_when: tuple[int, datetime] = (0, from_micros(0))
+# The datetime of the last timestamp decoded (rows written together share one), as one
+# tuple: replaced whole, so threads never see a time with another's datetime.
+_last_when: list[tuple[int, datetime]] = [(0, from_micros(0))]
 
 
 def message_added_of_row(
     state: bytes, originator_id: UUID, version: int, timestamp_us: int
 ) -> MessageAdded | None:
-    global _last_when
     """``decode`` of a format-2 ``MessageAdded`` row, equal to it, without validating the
     event through pydantic -- or None where this cannot say so for sure (sealed,
     timestamps of its own, anything unusual), and ``decode`` must.
@@ -465,48 +467,88 @@ def message_added_of_row(
         # pydantic's parser: json's values (tested), in half the time; it refuses what
         # json refuses (bad UTF-8, a lone surrogate, control characters) or more.
         data = from_json(state)
-    except ValueError:  # decode says what is wrong with it
+    except (ValueError, TypeError):  # decode says what is wrong with it
         return None
-    if type(data) is not dict or not data.keys() <= _CHECKED_KEYS:
-        return None
-    id_, role, content, name = data.get("i"), data.get("r"), data.get("c"), data.get("n")
-    item, key, actor, tool = data.get("x"), data.get("k"), data.get("a"), data.get("t")
-    if item is not None or "x" in data:
-        if type(item) is not dict:
-            return None
-        if role is None:
-            role, content, name = describe_item(item)
-            if "c" in data or "n" in data:
+    match data:  # the usual shape, its types checked in the match
+        case {"a": list() as actor, "i": str() as id_, "r": str() as role, "c": str() as text}:
+            if len(data) == 4:
+                name = key = tool = item = None
+            elif data.keys() <= _CHECKED_KEYS:
+                name, key, tool, item = data.get("n"), data.get("k"), data.get("t"), data.get("x")
+                if not (
+                    (name is None or type(name) is str)
+                    and (key is None or type(key) is str)
+                    and (item is None or type(item) is dict)
+                    and ("x" not in data or item is not None)
+                    and ("t" not in data or tool is not None)
+                ):
+                    return None
+            else:
                 return None
+        case _:
+            return _item_only(data, originator_id, version, timestamp_us)
+    if not (0 < len(id_) <= MESSAGE_ID_CHARS and role in _ROLES):
+        return None
+    return _built_event(originator_id, version, timestamp_us, actor, key, id_, role, text,
+                        name, tool, item)  # fmt: skip
+
+
+def _item_only(
+    data: Any, originator_id: UUID, version: int, timestamp_us: int
+) -> MessageAdded | None:
+    """``message_added_of_row`` of a framework item stored without its derived text."""
+    if type(data) is not dict or not data.keys() <= _ITEM_KEYS:
+        return None
+    match data:
+        case {"a": list() as actor, "i": str() as id_, "x": dict() as item}:
+            key, tool = data.get("k"), data.get("t")
+            if not ((key is None or type(key) is str) and ("t" not in data or tool is not None)):
+                return None
+        case _:
+            return None
+    role, text, name = describe_item(item)
     if not (
-        type(id_) is str
-        and 0 < len(id_) <= MESSAGE_ID_CHARS
-        and type(role) is str
+        0 < len(id_) <= MESSAGE_ID_CHARS
         and role in _ROLES
-        and type(content) is str
+        and type(text) is str
         and (name is None or type(name) is str)
-        and (key is None or type(key) is str)
-        and type(actor) is list
     ):
         return None
+    return _built_event(originator_id, version, timestamp_us, actor, key, id_, role, text,
+                        name, tool, item)  # fmt: skip
+
+
+def _built_event(
+    originator_id: UUID,
+    version: int,
+    timestamp_us: int,
+    actor: list[Any],
+    key: str | None,
+    id_: str,
+    role: str,
+    text: str,
+    name: str | None,
+    tool: Any,
+    item: dict[str, Any] | None,
+) -> MessageAdded | None:
     principal = _actor(actor)
     if principal is None:
         return None
     tool_call = None
-    if tool is not None or "t" in data:
+    if tool is not None:
         try:
             tool_call = ToolCall.model_validate(tool)
         except ValidationError:
             return None
-    last = _last_when  # rows written together share a timestamp: one datetime for them
+    last = _last_when[0]
     if last[0] != timestamp_us:
-        last = _last_when = (timestamp_us, from_micros(timestamp_us))
+        last = _last_when[0] = (timestamp_us, from_micros(timestamp_us))
     when = last[1]
     event = _new(MessageAdded)
     _set(event, "__dict__", {
         "originator_id": originator_id, "originator_version": version, "timestamp": when,
         "actor": principal, "idempotency_key": key,
-        "message": _built(id_, role, content, when, name, tool_call, item),
+        "message": _built(id_, role, text, when, name, tool_call, item),
     })  # fmt: skip
     _set(event, "__pydantic_fields_set__", set(_EVENT_FIELDS_SET))
     _set(event, "__pydantic_extra__", None)

@@ -122,7 +122,10 @@ class Message(Value):
 
     @property
     def tokens(self) -> int:
-        return message_tokens(self.content, self.item)
+        item = self.item
+        if item is None:  # most messages: one call less (replays count every message)
+            return estimate_tokens(self.content)
+        return message_tokens(self.content, item)
 
     @property
     def erased(self) -> bool:
