@@ -36,7 +36,8 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from operator import itemgetter, methodcaller
+from itertools import repeat
+from operator import contains, itemgetter, methodcaller
 from typing import Any
 from uuid import UUID
 
@@ -260,14 +261,20 @@ def decode_payloads(
     """The JSON values of consecutive payloads, parsed in one pass, sealed ones opened by
     ``opener(payload, sealed)``. Raises ``ValueError`` if a payload is not JSON, or is
     sealed and there is no ``opener``."""
-    decoded: list[Any] = from_json(b"[" + b",".join(states) + b"]")
+    # Keys cached, not values: ids and texts are unique, and looking them up costs more.
+    decoded: list[Any] = from_json(b"[" + b",".join(states) + b"]", cache_strings="keys")
     if len(decoded) != len(states):
         raise ValueError("a payload holds more than one JSON value")
-    for data in decoded:
-        if isinstance(data, dict) and SEALED in data:
-            if opener is None:
-                raise ValueError("a sealed payload, and no way to open it")
-            opener(data, data.pop(SEALED))
+    try:  # in C: a plain run is not walked again
+        maybe_sealed = any(map(contains, decoded, repeat(SEALED)))
+    except TypeError:  # a number among them: walk it
+        maybe_sealed = True
+    if maybe_sealed:
+        for data in decoded:
+            if isinstance(data, dict) and SEALED in data:
+                if opener is None:
+                    raise ValueError("a sealed payload, and no way to open it")
+                opener(data, data.pop(SEALED))
     return decoded
 
 
@@ -368,23 +375,23 @@ class StoredMessages:
     def __init__(self, payloads: list[Any], stamps: Sequence[int]) -> None:
         if len(payloads) != len(stamps):
             raise ValueError(f"{len(payloads)} payloads but {len(stamps)} timestamps")
-        try:
-            if not set(map(type, payloads)) <= {dict}:
-                raise ValueError("a payload is not a JSON object")
+        try:  # each a pass in C; anything but a JSON object fails the itemgetter
             if not all(map(_TEXT_KEYS.issuperset, payloads)):
                 raise ValueError("not a run of plain text messages")
             ids: list[str] = list(map(itemgetter("i"), payloads))
             roles: list[str] = list(map(itemgetter("r"), payloads))
             contents: list[str] = list(map(itemgetter("c"), payloads))
-            names: list[str | None] = list(map(_get_name, payloads))
+            names: list[str | None] | None = None  # None: no message has a name
+            if any(map(contains, payloads, repeat("n"))):
+                names = list(map(_get_name, payloads))
             if not (
                 set(map(type, ids)) <= {str}
                 and set(map(type, contents)) <= {str}
-                and set(map(type, names)) <= {str, type(None)}
+                and (names is None or set(map(type, names)) <= {str, type(None)})
                 and set(roles) <= _ROLES
             ):
                 raise ValueError("a message field of the wrong type")
-        except (KeyError, TypeError) as error:  # a key missing, an unhashable role
+        except (KeyError, TypeError) as error:  # a key missing, not an object, a list role
             raise ValueError(f"not a run of plain text messages ({error!r})") from None
         self._roles = roles
         self._contents = contents
@@ -399,10 +406,10 @@ class StoredMessages:
 
     def message(self, index: int) -> Message:
         when = from_micros(self._stamps[index])
+        name = None if self._names is None else self._names[index]
         return _built(
-            self.ids[index], self._roles[index], self._contents[index], when,
-            self._names[index], None, None,
-        )  # fmt: skip
+            self.ids[index], self._roles[index], self._contents[index], when, name, None, None
+        )
 
     def messages(self) -> list[Message]:
         built = _built
@@ -410,9 +417,10 @@ class StoredMessages:
         append = messages.append
         last_us = -1
         when: datetime | None = None
+        names = repeat(None, len(self.ids)) if self._names is None else self._names
         with without_cyclic_gc():  # many objects, all kept
             for id_, role, content, name, us in zip(
-                self.ids, self._roles, self._contents, self._names, self._stamps, strict=True
+                self.ids, self._roles, self._contents, names, self._stamps, strict=True
             ):
                 if us != last_us:
                     when, last_us = from_micros(us), us

@@ -258,6 +258,13 @@ class EventStoreApplication(Application[UUID]):
         and the snapshot is reported in the log. Raises the library's
         ``AggregateNotFoundError`` for an unknown id.
         """
+        # The rows read and the objects built from them all live on: without this the
+        # collector would walk them again and again while they are made, and once more
+        # right after (it is switched back on once they are freed or kept).
+        with without_cyclic_gc():
+            return self._load(session_id, version, trusted)
+
+    def _load(self, session_id: UUID, version: int | None, trusted: bool) -> Session:
         session: Session | None = None
         start = 0
         newest = self.snapshot_recorder.select_events(session_id, lte=version, desc=True, limit=1)
