@@ -22,6 +22,7 @@ import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import compress
 from typing import Any, TypeVar
 from uuid import UUID
@@ -35,6 +36,7 @@ from chatledger.projections.facts import StoredFacts
 _T = TypeVar("_T")
 _KEPT_HEADS = 10_000  # chain heads remembered between appends
 _NONE = type(None)
+_Head = tuple[int, bytes, str]  # a session's last version, its hash and the session id in hex
 
 
 class SqliteWriter:
@@ -111,23 +113,25 @@ class SqliteAppender:
             f"SELECT hash FROM {name} WHERE originator_id = ? AND originator_version = ?"
         )
         self._position: int | None = None
-        self._heads: OrderedDict[int, tuple[int, bytes]] = OrderedDict()  # by UUID.int
+        self._heads: OrderedDict[int, _Head] = OrderedDict()  # by UUID.int
 
     def append(self, rows: Sequence[StoredEvent]) -> list[int]:
         """Insert ``rows`` (each with its stored ``facts``), chained; return their positions."""
         try:
             positions, heads = self.writer.run(
-                lambda cursor: self._insert(cursor, rows), transaction=len(rows) > 1
+                partial(self._insert, rows=rows), transaction=len(rows) > 1
             )
         except BaseException:
             self.forget()
             raise
         self._position = positions[-1]
+        known = self._heads
         for stream, head in heads.items():
-            self._heads[stream] = head
-            self._heads.move_to_end(stream)
-        while len(self._heads) > _KEPT_HEADS:
-            self._heads.popitem(last=False)
+            known[stream] = head
+            known.move_to_end(stream)
+        if len(known) > _KEPT_HEADS:
+            while len(known) > _KEPT_HEADS:
+                known.popitem(last=False)
         return positions
 
     def insert_exported(self, rows: Sequence[ChainRow], facts: Sequence[StoredFacts]) -> None:
@@ -158,7 +162,7 @@ class SqliteAppender:
 
     def _insert(
         self, cursor: Any, rows: Sequence[StoredEvent]
-    ) -> tuple[list[int], dict[int, tuple[int, bytes]]]:
+    ) -> tuple[list[int], dict[int, _Head]]:
         """Insert ``rows`` numbered and chained; return their positions and the new heads.
         Remembered positions and heads are trusted; unknown ones are read."""
         position = self._position
@@ -166,7 +170,7 @@ class SqliteAppender:
             cursor.execute(self._sql_max_id)
             position = int(cursor.fetchone()[0])
         known = self._heads
-        heads: dict[int, tuple[int, bytes]] = {}
+        heads: dict[int, _Head] = {}
         positions: list[int] = []
         for row in rows:
             oid = (
@@ -178,7 +182,7 @@ class SqliteAppender:
             version = row.originator_version
             head = heads.get(stream) or known.get(stream)
             if head is None or head[0] != version - 1:
-                head = (version - 1, self._hash_of(cursor, oid, version - 1))
+                head = (version - 1, self._hash_of(cursor, oid, version - 1), oid.hex)
             facts: StoredFacts | None = getattr(row, "facts", None)
             if facts is None:
                 raise DatabaseError(f"event {version} of {oid} has no stored facts to record")
@@ -191,10 +195,10 @@ class SqliteAppender:
             )  # fmt: skip
             cursor.execute(
                 *self._statement(
-                    (position, oid.hex, version, topic, state, timestamp_us, digest, *facts)
+                    (position, head[2], version, topic, state, timestamp_us, digest, *facts)
                 )
             )
-            heads[stream] = (version, digest)
+            heads[stream] = (version, digest, head[2])
             positions.append(position)
         return positions, heads
 

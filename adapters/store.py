@@ -135,19 +135,13 @@ class EventStoreApplication(Application[UUID]):
     def construct_mapper(self) -> PydanticMapper:
         mapper = PydanticMapper(transcoder=JSONBytesTranscoder())
         mapper.ciphers = self.keyring.cipher
+        self.event_mapper = mapper  # the mapper, as what it is (it seals content given a key)
         return mapper
 
-    @property
-    def event_mapper(self) -> PydanticMapper:
-        """The mapper, as what it is (it seals content when given a key)."""
-        mapper = self.mapper
-        assert isinstance(mapper, PydanticMapper)
-        return mapper
-
-    @property
-    def event_recorder(self) -> SqlEventRecorder:
-        recorder = self.recorder
+    def construct_recorder(self) -> SqlEventRecorder:
+        recorder = super().construct_recorder()
         assert isinstance(recorder, SqlEventRecorder)
+        self.event_recorder = recorder  # the recorder, as what it is
         return recorder
 
     def record(self, session: Session) -> list[int]:
@@ -159,11 +153,14 @@ class EventStoreApplication(Application[UUID]):
         pending = session.collect_changes()
         if not pending:
             return []
-        sealing = self._sealing(session, [event for event, _ in pending])
+        sealing = (
+            self._sealing(session, [event for event, _ in pending]) if self.keyring.seal else None
+        )
+        tenant, key, encode = session.tenant, session.key, self._encode
         stored = []
         for event, counters in pending:
-            row = self._encode(event, sealing)
-            row.__dict__["facts"] = stored_facts(event, session.tenant, session.key, counters)
+            row = encode(event, sealing)
+            row.__dict__["facts"] = stored_facts(event, tenant, key, counters)
             stored.append(row)
         positions = self.event_recorder.insert_events(stored)
         if self.snapshots is not None and session.should_snapshot(self.snapshot_interval):

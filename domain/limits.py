@@ -21,6 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, cast
 
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.ports import Summary
@@ -117,13 +118,52 @@ def check_json(value: object, what: str, *, max_bytes: int) -> None:
     Plain JSON: dicts with str keys, lists or tuples, str, bool, None, ints
     from ``MIN_INT`` to ``MAX_INT`` and finite floats; every string valid Unicode.
     """
-    _check_json_node(value, what, 0)
-    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
-    if size > max_bytes:
-        raise InvalidInput(
-            f"{what} takes {size} bytes as JSON; the limit is {max_bytes} (setting "
-            "max_meta_bytes). Keep large data elsewhere and store a reference."
-        )
+    bound = _json_bound(value, 0)
+    if bound < 0:  # not plain: say where and why
+        _check_json_node(value, what, 0)
+    if bound < 0 or bound > max_bytes:  # it may not fit: measure it
+        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+        if size > max_bytes:
+            raise InvalidInput(
+                f"{what} takes {size} bytes as JSON; the limit is {max_bytes} (setting "
+                "max_meta_bytes). Keep large data elsewhere and store a reference."
+            )
+
+
+def _json_bound(value: object, depth: int) -> int:
+    """An upper bound of the bytes of ``value`` as compact JSON if it is plain JSON within
+    the limits, built of exactly dict, list, tuple, str, int, float, bool and None; else
+    -1, and ``_check_json_node`` judges (and explains). The quick check of every item
+    written: one pass, no JSON text made unless the bound is over the limit."""
+    if depth > MAX_JSON_DEPTH:
+        return -1
+    kind = type(value)
+    if kind is str:
+        text = cast(str, value)
+        return 2 + 6 * len(text) if text.isascii() or not has_surrogates(text) else -1
+    if kind is dict:
+        total = 2
+        for key, item in cast(dict[Any, Any], value).items():
+            if type(key) is not str or not (key.isascii() or not has_surrogates(key)):
+                return -1
+            size = _json_bound(item, depth + 1)
+            if size < 0:
+                return -1
+            total += 4 + 6 * len(key) + size  # the key's quotes, a colon, a comma
+        return total
+    if kind is list or kind is tuple:
+        total = 2
+        for item in cast(list[Any], value):
+            size = _json_bound(item, depth + 1)
+            if size < 0:
+                return -1
+            total += 1 + size
+        return total
+    if kind is int:
+        return 20 if MIN_INT <= cast(int, value) <= MAX_INT else -1
+    if kind is float:
+        return 25 if math.isfinite(cast(float, value)) else -1
+    return 5 if value is None or kind is bool else -1
 
 
 def _check_json_node(value: object, where: str, depth: int) -> None:

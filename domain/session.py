@@ -57,6 +57,7 @@ from chatledger.domain.values import (
     Message,
     Principal,
     TaskState,
+    assemble,
 )
 
 DEFAULT_COMPRESS_THRESHOLD = 10
@@ -292,7 +293,16 @@ class Session(BaseAggregate[UUID]):
             self.trigger_event(
                 Reactivated, previous_status=self.status, actor=actor, timestamp=timestamp
             )
-        self.trigger_event(MessageAdded, message=message, actor=actor, timestamp=timestamp)
+        if self.erased:
+            self.require_writable()
+        write_key, self._write_key = self._write_key, None
+        # The hottest event: built from a validated message and principal without a second
+        # validation (``trigger_event`` builds every other kind).
+        self._take(assemble(MessageAdded, {
+            "originator_id": self._id, "originator_version": self._version + 1,
+            "timestamp": timestamp, "actor": actor, "idempotency_key": write_key,
+            "message": message,
+        }))  # fmt: skip
 
     def commit(
         self,
@@ -549,12 +559,16 @@ class Session(BaseAggregate[UUID]):
             self.require_writable()
         if self._write_key is not None:
             kwargs["idempotency_key"], self._write_key = self._write_key, None
-        version = self._version + 1
-        event = event_class(originator_id=self._id, originator_version=version, **kwargs)
-        # The library's mutate() less its checks, which hold by construction here
-        # (this session's id, the next version).
+        self._take(
+            event_class(originator_id=self._id, originator_version=self._version + 1, **kwargs)
+        )
+
+    def _take(self, event: Any) -> None:
+        """Apply the next event and queue it, with the counters after it, for recording:
+        the library's mutate() less its checks, which hold by construction here (this
+        session's id, the next version)."""
         event.apply(self)
-        self._version = version
+        self._version = event.originator_version
         self._modified_on = event.timestamp
         self._pending_events.append(event)
         self._pending_counters.append(self.counters())

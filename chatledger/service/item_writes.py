@@ -23,10 +23,18 @@ from chatledger.domain.failures import InvalidInput
 from chatledger.domain.items import describe_item
 from chatledger.domain.limits import MAX_NAME_CHARS, Limits, check_json, check_message
 from chatledger.domain.session import Session
-from chatledger.domain.values import ClientContext, Message, Principal, has_control_characters
+from chatledger.domain.values import (
+    ROLES,
+    ClientContext,
+    Message,
+    Principal,
+    assemble,
+    has_control_characters,
+)
 from chatledger.results import AddedMessage
 from chatledger.service.messages import KEY_REUSED, same_message
-from chatledger.service.sessions import AlreadyRecorded, Part, SessionStore, Written
+from chatledger.service.sessions import AlreadyRecorded, Part, SessionStore
+from chatledger.service.writes import added
 
 
 def build_items(limits: Limits, now: datetime, items: Sequence[Mapping[str, Any]]) -> list[Message]:
@@ -43,9 +51,21 @@ def build_items(limits: Limits, now: datetime, items: Sequence[Mapping[str, Any]
         role, text, name = describe_item(item)
         if name is not None and (len(name) > MAX_NAME_CHARS or has_control_characters(name)):
             name = None  # a name to show only: the item keeps the original
-        message = Message(
-            id=new_id(), role=role, content=text, created_at=now, name=name, item=dict(item)
-        )
+        if (
+            type(item) is dict
+            and type(role) is str
+            and role in ROLES
+            and type(text) is str
+            and (name is None or type(name) is str)
+        ):  # every field checked (the item by check_json): no second validation
+            message = assemble(Message, {
+                "id": new_id(), "role": role, "content": text, "created_at": now,
+                "name": name, "tool_call": None, "item": dict(item),
+            })  # fmt: skip
+        else:
+            message = Message(
+                id=new_id(), role=role, content=text, created_at=now, name=name, item=dict(item)
+            )
         built.append(check_message(message, limits))
     return built
 
@@ -149,27 +169,6 @@ def _scope_part(
         return Session.start(tenant=tenant, key=stream.key, actor=principal, timestamp=now)
 
     return Part(stream.session_id, apply, create)
-
-
-def added(messages: list[Message], written: Written[list[int]]) -> list[AddedMessage]:
-    """What a write of ``messages`` returns: each one's id, version and position."""
-    by_version = dict(zip(_versions(written), written.positions, strict=False))
-    pending = written.session.pending_tokens
-    return [
-        AddedMessage(
-            message_id=message.id,
-            version=version,
-            pending_tokens=pending,
-            position=by_version.get(version, 0),
-        )
-        for message, version in zip(messages, written.outcome, strict=True)
-    ]
-
-
-def _versions(written: Written[list[int]]) -> list[int]:
-    """The versions of the write's events, oldest first (its positions are in that order)."""
-    last = written.session.version
-    return list(range(last - len(written.positions) + 1, last + 1))
 
 
 def remove(

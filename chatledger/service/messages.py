@@ -14,7 +14,7 @@ from chatledger.domain.events import new_id
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.identity import validate_key
 from chatledger.domain.limits import Limits, check_context, check_message
-from chatledger.domain.values import ROLES, ClientContext, Message, ToolCall
+from chatledger.domain.values import ROLES, ClientContext, Message, ToolCall, assemble
 
 _MESSAGE_FIELDS = frozenset(
     ("role", "content", "name", "tool_call", "message_id", "id", "created_at")
@@ -41,6 +41,17 @@ def build_message(
             f"Message content has {len(content)} characters; the limit is "
             f"{limits.max_content_chars} (setting max_content_chars)."
         )
+    if (
+        type(role) is str and type(content) is str and not message_id and name is None
+        and tool_call is None and created_at is None
+    ):  # fmt: skip
+        # The usual call (text and a role, nothing else), each field checked above or
+        # below: built without a second validation of the same values.
+        plain = assemble(Message, {
+            "id": new_id(), "role": role, "content": content, "created_at": now,
+            "name": None, "tool_call": None, "item": None,
+        })  # fmt: skip
+        return check_message(plain, limits)
     if not message_id:
         message_id = new_id()
     else:

@@ -61,24 +61,6 @@ class Written(NamedTuple, Generic[R]):
     session: Session
 
 
-class _SessionLock:
-    """A per-session lock (a context manager); weakly held, so idle sessions cost nothing.
-
-    A plain class, not ``@contextmanager``: it is taken on every write (the hot path).
-    """
-
-    __slots__ = ("__weakref__", "_lock")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._lock.release()
-
-
 def unknown(key: str, tenant: str) -> str:
     """The message for a session that does not exist."""
     return f"No session {key!r} in account {tenant!r}; add a message to start it."
@@ -94,13 +76,15 @@ class SessionStore:
         # Loaded sessions, least recently used first, each with its lock (the strong
         # reference keeps the weakly held lock alive while cached). Keyed by UUID.int:
         # hashing an int skips UUID.__hash__ (Python code) on the hot path.
-        self._cache: OrderedDict[int, tuple[Session, _SessionLock | None]] = OrderedDict()
+        self._cache: OrderedDict[int, tuple[Session, threading.Lock | None]] = OrderedDict()
         self._cache_guard = threading.Lock()
-        self._locks: weakref.WeakValueDictionary[int, _SessionLock] = weakref.WeakValueDictionary()
+        self._locks: weakref.WeakValueDictionary[int, threading.Lock] = (
+            weakref.WeakValueDictionary()
+        )
         self._locks_guard = threading.Lock()
 
     # ------------------------------------------------------------- locking
-    def lock(self, sid: UUID) -> _SessionLock:
+    def lock(self, sid: UUID) -> threading.Lock:
         """The lock serialising this process's writes and loads of one session."""
         # A cached session holds its lock: found without the guard (one dict read,
         # atomic), the common case of every write to a loaded session.
@@ -110,7 +94,7 @@ class SessionStore:
         with self._locks_guard:
             holder = self._locks.get(sid.int)
             if holder is None:
-                holder = _SessionLock()
+                holder = threading.Lock()  # weakly held: idle sessions cost nothing
                 self._locks[sid.int] = holder
         return holder
 
@@ -276,7 +260,12 @@ class SessionStore:
                     recorded = self.keyed_rows(sid, idempotency_key, reach)
                     if recorded:
                         raise AlreadyRecorded(recorded)
-                session = self.load(sid, fresh=expected_version is not None)
+                # A cached copy needs no fast-forward: a stale one conflicts on append.
+                cached = None if expected_version is not None else self._cached(sid)
+                session = (
+                    cached if cached is not None
+                    else self.load(sid, fresh=expected_version is not None)
+                )  # fmt: skip
                 if expected_version is not None:
                     check_expected(session, expected_version)
                 if session is None:
@@ -299,7 +288,8 @@ class SessionStore:
                 except BaseException:
                     self.forget(sid)  # the object may hold unrecorded changes
                     raise
-                self._remember(sid, session)
+                if session is not cached:
+                    self._remember(sid, session)
                 return Written(outcome, positions, session)
         raise self._gave_up(attempts)
 

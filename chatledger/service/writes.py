@@ -18,10 +18,10 @@ from chatledger.domain.events import Closed, Evicted, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.session import Session
-from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal
+from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal, assemble
 from chatledger.results import AddedMessage, SessionView
 from chatledger.service.messages import KEY_REUSED, same_message
-from chatledger.service.sessions import AlreadyRecorded, SessionStore
+from chatledger.service.sessions import AlreadyRecorded, SessionStore, Written
 
 
 def record_messages(
@@ -59,17 +59,23 @@ def record_messages(
         )
     except AlreadyRecorded as done:
         return _messages_recorded(sessions, done.rows, messages)
+    return added(messages, written)
+
+
+def added(messages: list[Message], written: Written[list[int]]) -> list[AddedMessage]:
+    """What a write of ``messages`` returns: each one's id, version and position, and the
+    session's pending tokens after the write (values the write just made, so built
+    without validating them again)."""
+    positions = written.positions
+    first = written.session.version - len(positions) + 1  # the versions of the write's events
     pending = written.session.pending_tokens
-    offset = len(written.positions) - len(messages)
-    return [
-        AddedMessage(
-            message_id=message.id,
-            version=version,
-            pending_tokens=pending,
-            position=written.positions[offset + i],
-        )
-        for i, (message, version) in enumerate(zip(messages, written.outcome, strict=True))
-    ]
+    results = []
+    for message, version in zip(messages, written.outcome, strict=True):
+        index = version - first
+        fields = {"message_id": message.id, "version": version, "pending_tokens": pending}
+        fields["position"] = positions[index] if 0 <= index < len(positions) else 0
+        results.append(assemble(AddedMessage, fields))
+    return results
 
 
 def _messages_recorded(
