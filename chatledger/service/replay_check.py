@@ -43,24 +43,12 @@ def replay_row(
     """Decode one stored row and apply it to ``session`` (None before a session's first);
     returns the session after it and the row's facts as the append would have stored them."""
     return replay_event(
-        store, row.originator_id, row.version, row.topic, row.state, row.timestamp_us, session
-    )
+        _mapper(store), row.originator_id, row.version, row.topic, row.state,
+        row.timestamp_us, session,
+    )  # fmt: skip
 
 
 def replay_event(
-    store: EventStoreApplication,
-    sid: UUID,
-    version: int,
-    topic: str,
-    state: bytes,
-    timestamp_us: int,
-    session: Session | None,
-) -> tuple[Session, StoredFacts]:
-    """``replay_row`` of a row given by its values."""
-    return _replayed(_mapper(store), sid, version, topic, state, timestamp_us, session)
-
-
-def _replayed(
     mapper: PydanticMapper,
     sid: UUID,
     version: int,
@@ -69,6 +57,7 @@ def _replayed(
     timestamp_us: int,
     session: Session | None,
 ) -> tuple[Session, StoredFacts]:
+    """``replay_row`` of a row given by its values, decoded by the store's ``mapper``."""
     try:
         event = mapper.event_of_row(sid, version, topic, state, timestamp_us)
         if not isinstance(event, SessionEvent):
@@ -171,7 +160,9 @@ def check_replay(
         index += 1
         _, _, version, topic, state, timestamp_us = row[:6]
         try:
-            session, expected = _replayed(mapper, sid, version, topic, state, timestamp_us, session)
+            session, expected = replay_event(
+                mapper, sid, version, topic, state, timestamp_us, session
+            )
         except Forged as error:
             return _broken(
                 sid, row, "identity does not derive",
