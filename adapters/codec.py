@@ -36,10 +36,13 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from itertools import repeat
+from operator import contains, itemgetter, methodcaller
 from typing import Any
 from uuid import UUID
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from pydantic import ValidationError
 from pydantic_core import from_json
 
 from chatledger.adapters.sealing import (
@@ -55,8 +58,17 @@ from chatledger.adapters.sealing import (
 from chatledger.domain.events import EVENT_TYPES, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.items import describe_item
+from chatledger.domain.message_runs import MessageRun
 from chatledger.domain.timestamps import from_micros
-from chatledger.domain.values import Message, Principal
+from chatledger.domain.values import (
+    MESSAGE_ID_CHARS,
+    ROLES,
+    Message,
+    Principal,
+    ToolCall,
+    assemble,
+    texts_tokens,
+)
 from chatledger.projections.facts import summarize
 
 EVENTS_BY_NAME: dict[str, type[SessionEvent]] = {cls.__name__: cls for cls in EVENT_TYPES}
@@ -65,15 +77,17 @@ _ACTOR_FIELDS = ("account_id", "user_id", "agent_id", "role", "trace_id")
 _ACTOR_DEFAULTS = (None, "", "", "member", "")  # the account has no default
 _MESSAGE_KEYS = frozenset({"a", "i", "r", "c", "n", "x", "t", "at", "ts", "k"})
 _PLAIN_KEYS = frozenset({"a", "i", "r", "c", "n", "x", "k"})  # what trusted_messages builds
-_FIELDS_SET = frozenset({"id", "role", "content", "created_at"})
+_TEXT_KEYS = frozenset({"a", "i", "r", "c", "n", "k"})  # a plain text message (StoredMessages)
+_CHECKED_KEYS = frozenset({"a", "i", "r", "c", "n", "x", "t", "k"})  # message_added_of_row
+_ITEM_KEYS = frozenset({"a", "i", "x", "t", "k"})  # an item without its derived text
+_ROLES = frozenset(ROLES)
+_ACTORS_KEPT = 1024  # distinct actors whose validated Principal message_added_of_row keeps
 _UNKEYED = frozenset({"originator_id", "originator_version", "idempotency_key"})
 _ZERO = timedelta(0)
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 _loads = json.JSONDecoder().decode
 _string = json.encoder.encode_basestring  # a str as JSON, as _dumps writes it (not ASCII-only)
 _last_actor: list[tuple[Principal | None, str]] = [(None, "")]  # the last principal, its JSON
-_new = object.__new__
-_set = object.__setattr__
 
 
 def is_compact(topic: str) -> bool:
@@ -241,7 +255,10 @@ def _message_added_fields(data: dict[str, Any], timestamp_us: int) -> dict[str, 
     if "r" in data:
         message.update(role=data["r"], content=data["c"], name=data.get("n"))
     else:
-        role, content, name = describe_item(data["x"])
+        item = data["x"]
+        if not isinstance(item, dict):
+            raise TypeError("a MessageAdded payload's item is not a JSON object")
+        role, content, name = describe_item(item)
         message.update(role=role, content=content, name=name)
     if "x" in data:
         message["item"] = data["x"]
@@ -273,6 +290,29 @@ def without_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+def decode_payloads(
+    states: Sequence[bytes], opener: Callable[[dict[str, Any], Any], object] | None = None
+) -> list[Any]:
+    """The JSON values of consecutive payloads, parsed in one pass, sealed ones opened by
+    ``opener(payload, sealed)``. Raises ``ValueError`` if a payload is not JSON, or is
+    sealed and there is no ``opener``."""
+    # Keys cached, not values: ids and texts are unique, and looking them up costs more.
+    decoded: list[Any] = from_json(b"[" + b",".join(states) + b"]", cache_strings="keys")
+    if len(decoded) != len(states):
+        raise ValueError("a payload holds more than one JSON value")
+    try:  # in C: a plain run is not walked again
+        maybe_sealed = any(map(contains, decoded, repeat(SEALED)))
+    except TypeError:  # a number among them: walk it
+        maybe_sealed = True
+    if maybe_sealed:
+        for data in decoded:
+            if isinstance(data, dict) and SEALED in data:
+                if opener is None:
+                    raise ValueError("a sealed payload, and no way to open it")
+                opener(data, data.pop(SEALED))
+    return decoded
+
+
 def trusted_messages(
     states: Sequence[bytes],
     stamps: Sequence[int],
@@ -282,16 +322,29 @@ def trusted_messages(
     ``timestamp_us``), built without validating them again; equal to what ``decode``
     gives (sealed payloads opened by ``opener(payload, sealed)``). Raises ``ValueError``
     if a payload is not JSON, or is sealed and there is no ``opener``."""
-    decoded = from_json(b"[" + b",".join(states) + b"]")
+    return _messages(decode_payloads(states, opener), stamps)
+
+
+def stored_run(
+    states: Sequence[bytes],
+    stamps: Sequence[int],
+    opener: Callable[[dict[str, Any], Any], object] | None = None,
+) -> MessageRun:
+    """``trusted_messages`` as a run for ``Session.replay_run``: plain text messages are
+    built only when read (``StoredMessages``), any other run at once. Raises what
+    ``trusted_messages`` raises."""
+    payloads = decode_payloads(states, opener)
+    try:
+        return StoredMessages(payloads, stamps)
+    except ValueError:
+        return BuiltMessages(_messages(payloads, stamps))
+
+
+def _messages(decoded: Sequence[Any], stamps: Sequence[int]) -> list[Message]:
     if len(decoded) != len(stamps):
-        raise ValueError("a payload holds more than one JSON value")
-    for data in decoded:
-        if isinstance(data, dict) and SEALED in data:
-            if opener is None:
-                raise ValueError("a sealed payload, and no way to open it")
-            opener(data, data.pop(SEALED))
+        raise ValueError(f"{len(decoded)} payloads but {len(stamps)} timestamps")
     messages: list[Message] = []
-    append, new, set_, fields = messages.append, _new, _set, _FIELDS_SET
+    append, built = messages.append, _built
     last_us = -1
     when: datetime | None = None
     plain = _PLAIN_KEYS
@@ -306,16 +359,249 @@ def trusted_messages(
             role, content, name = data["r"], data["c"], data.get("n")
         else:
             role, content, name = describe_item(item)  # type: ignore[arg-type]
-        message = new(Message)
-        set_(message, "__dict__", {
-            "id": data["i"], "role": role, "content": content, "created_at": when,
-            "name": name, "tool_call": None, "item": item,
-        })  # fmt: skip
-        set_(message, "__pydantic_fields_set__", set(fields))
-        set_(message, "__pydantic_extra__", None)
-        set_(message, "__pydantic_private__", None)
-        append(message)
+        append(built(data["i"], role, content, when, name, None, item))
     return messages
+
+
+def _built(
+    id_: str,
+    role: str,
+    content: str,
+    created_at: datetime | None,
+    name: str | None,
+    tool_call: ToolCall | None,
+    item: dict[str, Any] | None,
+) -> Message:
+    """A ``Message`` of these (valid) fields, equal to the validated one, without
+    validating them again: the fast decodes here build every message through this."""
+    return assemble(Message, {
+        "id": id_, "role": role, "content": content, "created_at": created_at,
+        "name": name, "tool_call": tool_call, "item": item,
+    })  # fmt: skip
+
+
+class StoredMessages:
+    """A run of consecutive format-2 ``MessageAdded`` payloads of plain text messages (as
+    ``decode_payloads`` gives them), whose messages are built only when read: a
+    ``chatledger.domain.message_runs.MessageRun``.
+
+    It keeps each message's fields in columns (lists of strings, which the
+    cyclic garbage collector need not walk; the parsed payloads are dropped)
+    and counts ids, tokens and user turns in passes of C code: a load of a long
+    live buffer does little else. Each message is built, equal to what
+    ``decode`` gives, when asked for. Only the plain shape is taken -- role and
+    text stored, no item, tool call or timestamp of its own -- so that counting
+    needs no per-message Python: anything else raises ``ValueError``, and
+    ``trusted_messages`` builds it instead.
+    """
+
+    __slots__ = ("_contents", "_names", "_roles", "_stamps", "ids", "tokens", "user_turns")
+
+    def __init__(self, payloads: list[Any], stamps: Sequence[int]) -> None:
+        if len(payloads) != len(stamps):
+            raise ValueError(f"{len(payloads)} payloads but {len(stamps)} timestamps")
+        try:  # each a pass in C; anything but a JSON object fails the itemgetter
+            if not all(map(_TEXT_KEYS.issuperset, payloads)):
+                raise ValueError("not a run of plain text messages")
+            ids: list[str] = list(map(itemgetter("i"), payloads))
+            roles: list[str] = list(map(itemgetter("r"), payloads))
+            contents: list[str] = list(map(itemgetter("c"), payloads))
+            names: list[str | None] | None = None  # None: no message has a name
+            if any(map(contains, payloads, repeat("n"))):
+                names = list(map(_get_name, payloads))
+            if not (
+                set(map(type, ids)) <= {str}
+                and set(map(type, contents)) <= {str}
+                and (names is None or set(map(type, names)) <= {str, type(None)})
+                and set(roles) <= _ROLES
+            ):
+                raise ValueError("a message field of the wrong type")
+        except (KeyError, TypeError) as error:  # a key missing, not an object, a list role
+            raise ValueError(f"not a run of plain text messages ({error!r})") from None
+        self._roles = roles
+        self._contents = contents
+        self._names = names
+        self._stamps = stamps
+        self.ids = ids
+        self.tokens = texts_tokens(contents)
+        self.user_turns = roles.count("user")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def message(self, index: int) -> Message:
+        when = from_micros(self._stamps[index])
+        name = None if self._names is None else self._names[index]
+        return _built(
+            self.ids[index], self._roles[index], self._contents[index], when, name, None, None
+        )
+
+    def messages(self) -> list[Message]:
+        built = _built
+        messages: list[Message] = []
+        append = messages.append
+        last_us = -1
+        when: datetime | None = None
+        names = repeat(None, len(self.ids)) if self._names is None else self._names
+        with without_cyclic_gc():  # many objects, all kept
+            for id_, role, content, name, us in zip(
+                self.ids, self._roles, self._contents, names, self._stamps, strict=True
+            ):
+                if us != last_us:
+                    when, last_us = from_micros(us), us
+                append(built(id_, role, content, when, name, None, None))
+        return messages
+
+
+_get_name = methodcaller("get", "n")
+
+
+class BuiltMessages:
+    """A run of messages built already (a ``MessageRun``)."""
+
+    __slots__ = ("_messages", "ids", "tokens", "user_turns")
+
+    def __init__(self, messages: list[Message], tokens: list[int] | None = None) -> None:
+        """``tokens``: each message's ``Message.tokens``, if counted already."""
+        self._messages = messages
+        self.ids = [m.id for m in messages]
+        self.tokens = sum(m.tokens for m in messages) if tokens is None else sum(tokens)
+        self.user_turns = sum(1 for m in messages if m.role == "user")
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def message(self, index: int) -> Message:
+        return self._messages[index]
+
+    def messages(self) -> list[Message]:
+        return self._messages
+
+
+_actors: dict[tuple[str, ...], Principal] = {}
+# The datetime of the last timestamp decoded (rows written together share one), as one
+# tuple: replaced whole, so threads never see a time with another's datetime.
+_last_when: list[tuple[int, datetime]] = [(0, from_micros(0))]
+
+
+def message_added_of_row(
+    state: bytes, originator_id: UUID, version: int, timestamp_us: int
+) -> MessageAdded | None:
+    """``decode`` of a format-2 ``MessageAdded`` row, equal to it, without validating the
+    event through pydantic -- or None where this cannot say so for sure (sealed,
+    timestamps of its own, anything unusual), and ``decode`` must.
+
+    It checks what validation would: every field's type, the role, the id's
+    length; an actor and a tool call are validated by their own models (an
+    actor once per distinct one: a session has few). For readers of every row
+    (``verify(deep=True)``, imports), which must refuse what ``decode`` refuses.
+    """
+    try:
+        # pydantic's parser: json's values (tested), in half the time; it refuses what
+        # json refuses (bad UTF-8, a lone surrogate, control characters) or more.
+        data = from_json(state)
+    except (ValueError, TypeError):  # decode says what is wrong with it
+        return None
+    match data:  # the usual shape, its types checked in the match
+        case {"a": list() as actor, "i": str() as id_, "r": str() as role, "c": str() as text}:
+            if len(data) == 4:
+                name = key = tool = item = None
+            elif data.keys() <= _CHECKED_KEYS:
+                name, key, tool, item = data.get("n"), data.get("k"), data.get("t"), data.get("x")
+                if not (
+                    (name is None or type(name) is str)
+                    and (key is None or type(key) is str)
+                    and (item is None or type(item) is dict)
+                    and ("x" not in data or item is not None)
+                    and ("t" not in data or tool is not None)
+                ):
+                    return None
+            else:
+                return None
+        case _:
+            return _item_only(data, originator_id, version, timestamp_us)
+    if not (0 < len(id_) <= MESSAGE_ID_CHARS and role in _ROLES):
+        return None
+    return _built_event(originator_id, version, timestamp_us, actor, key, id_, role, text,
+                        name, tool, item)  # fmt: skip
+
+
+def _item_only(
+    data: Any, originator_id: UUID, version: int, timestamp_us: int
+) -> MessageAdded | None:
+    """``message_added_of_row`` of a framework item stored without its derived text."""
+    if type(data) is not dict or not data.keys() <= _ITEM_KEYS:
+        return None
+    match data:
+        case {"a": list() as actor, "i": str() as id_, "x": dict() as item}:
+            key, tool = data.get("k"), data.get("t")
+            if not ((key is None or type(key) is str) and ("t" not in data or tool is not None)):
+                return None
+        case _:
+            return None
+    role, text, name = describe_item(item)
+    if not (
+        0 < len(id_) <= MESSAGE_ID_CHARS
+        and role in _ROLES
+        and type(text) is str
+        and (name is None or type(name) is str)
+    ):
+        return None
+    return _built_event(originator_id, version, timestamp_us, actor, key, id_, role, text,
+                        name, tool, item)  # fmt: skip
+
+
+def _built_event(
+    originator_id: UUID,
+    version: int,
+    timestamp_us: int,
+    actor: list[Any],
+    key: str | None,
+    id_: str,
+    role: str,
+    text: str,
+    name: str | None,
+    tool: Any,
+    item: dict[str, Any] | None,
+) -> MessageAdded | None:
+    principal = _actor(actor)
+    if principal is None:
+        return None
+    tool_call = None
+    if tool is not None:
+        try:
+            tool_call = ToolCall.model_validate(tool)
+        except ValidationError:
+            return None
+    last = _last_when[0]
+    if last[0] != timestamp_us:
+        last = _last_when[0] = (timestamp_us, from_micros(timestamp_us))
+    when = last[1]
+    return assemble(MessageAdded, {
+        "originator_id": originator_id, "originator_version": version, "timestamp": when,
+        "actor": principal, "idempotency_key": key,
+        "message": _built(id_, role, text, when, name, tool_call, item),
+    })  # fmt: skip
+
+
+def _actor(stored: list[Any]) -> Principal | None:
+    """The validated principal of a stored actor list (None if it is not one)."""
+    try:
+        values = tuple(stored)
+        found = _actors.get(values)
+    except TypeError:  # an unhashable value: not a principal's
+        return None
+    if found is None:  # kept ones hold strings only: none equals another JSON value
+        if not 1 <= len(values) <= len(_ACTOR_FIELDS) or {*map(type, values)} != {str}:
+            return None
+        try:
+            found = Principal.model_validate(dict(zip(_ACTOR_FIELDS, values, strict=False)))
+        except ValidationError:
+            return None
+        if len(_actors) >= _ACTORS_KEPT:
+            _actors.clear()
+        _actors[values] = found
+    return found
 
 
 PAYLOAD_COLUMNS = ("stored_topic", "stored_state")

@@ -36,7 +36,14 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import get_topic, resolve_topic
 from pydantic import BaseModel, ValidationError
 
-from chatledger.adapters.codec import EVENTS_BY_NAME, Sealing, decode, encode, is_compact
+from chatledger.adapters.codec import (
+    EVENTS_BY_NAME,
+    Sealing,
+    decode,
+    encode,
+    is_compact,
+    message_added_of_row,
+)
 from chatledger.adapters.sealing import PARTS, SEALED, Ciphers, open_sealed, row_aad, seal
 from chatledger.domain.timestamps import to_micros
 
@@ -208,6 +215,10 @@ class PydanticMapper(Mapper[UUID]):
         encrypted or compressed one, anything it refuses -- goes the usual way, so the
         outcome, errors included, is ``to_domain_event``'s. For readers of many rows."""
         if is_compact(topic):  # format 2 is decoded by the codec, with the row's timestamp
+            if topic == "MessageAdded" and type(state) is bytes and not self.plain_bytes_changed:
+                event = message_added_of_row(state, originator_id, version, timestamp_us)
+                if event is not None:
+                    return event
             return self.to_domain_event(
                 TimedStoredEvent(
                     originator_id=originator_id, originator_version=version, topic=topic,
@@ -241,6 +252,11 @@ class PydanticMapper(Mapper[UUID]):
             timestamp_us=timestamp_us,
         )  # fmt: skip
         return self.to_domain_event(stored)
+
+    @property
+    def plain_bytes_changed(self) -> bool:
+        """Whether stored payloads pass through the library's cipher or compressor."""
+        return bool(self.cipher or self.compressor)
 
     @staticmethod
     def _fast_class(topic: str) -> type[BaseModel] | None:

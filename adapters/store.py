@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -40,7 +42,7 @@ from eventsourcing.utils import Environment
 from pydantic_core import PydanticSerializationError
 from sqlalchemy import Engine
 
-from chatledger.adapters.codec import trusted_messages, without_cyclic_gc
+from chatledger.adapters.codec import stored_run, without_cyclic_gc
 from chatledger.adapters.keyring import KeyRing
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
 from chatledger.adapters.recorders import (
@@ -60,6 +62,7 @@ from chatledger.domain.timestamps import from_micros
 from chatledger.projections.facts import stored_facts
 
 logger = logging.getLogger("chatledger.store")
+_TOPIC, _STATE, _STAMP = itemgetter(1), itemgetter(2), itemgetter(3)  # of a StreamRow
 _R = TypeVar("_R", bound=SqlRecorder)
 
 
@@ -256,6 +259,13 @@ class EventStoreApplication(Application[UUID]):
         and the snapshot is reported in the log. Raises the library's
         ``AggregateNotFoundError`` for an unknown id.
         """
+        # The rows read and the objects built from them all live on: without this the
+        # collector would walk them again and again while they are made, and once more
+        # right after (it is switched back on once they are freed or kept).
+        with without_cyclic_gc():
+            return self._load(session_id, version, trusted)
+
+    def _load(self, session_id: UUID, version: int | None, trusted: bool) -> Session:
         session: Session | None = None
         start = 0
         newest = self.snapshot_recorder.select_events(session_id, lte=version, desc=True, limit=1)
@@ -358,19 +368,19 @@ class EventStoreApplication(Application[UUID]):
     def _replay_rows(
         self, session_id: UUID, session: Session | None, rows: Sequence[StreamRow], trusted: bool
     ) -> Session | None:
-        count = len(rows)
-        i = 0
-        while i < count:
-            end = i
-            if trusted and session is not None:
-                while end < count and rows[end][1] == "MessageAdded":
-                    end += 1
-            if end - i > 1 and self._replay_messages(session_id, session, rows[i:end]):
-                i = end
+        end = 0
+        # Runs of rows of one topic, found in C code (a live buffer is one long run).
+        for topic, run in groupby(map(_TOPIC, rows)):
+            start, end = end, end + len(list(run))
+            if (
+                trusted
+                and topic == "MessageAdded"
+                and end - start > 1
+                and self._replay_messages(session_id, session, rows[start:end])
+            ):
                 continue
-            for row in rows[i : max(end, i + 1)]:
+            for row in rows[start:end]:
                 session = self._decode(session_id, row).mutate(session)
-            i = max(end, i + 1)
         return session
 
     def _replay_messages(
@@ -384,12 +394,10 @@ class EventStoreApplication(Application[UUID]):
         opener = functools.partial(_open_message, ciphers=self.keyring.cipher, aad=aad)
         with without_cyclic_gc():
             try:
-                messages = trusted_messages(
-                    [row[2] for row in run], [row[3] for row in run], opener
-                )
+                messages = stored_run(list(map(_STATE, run)), list(map(_STAMP, run)), opener)
             except (ValueError, KeyError, TypeError, AttributeError):  # let the mapper say why
                 return False
-            session.replay_messages(messages, last[0], from_micros(last[3]))
+            session.replay_run(messages, last[0], from_micros(last[3]))
         return True
 
     def snapshot_rows(self, session_id: UUID) -> Sequence[StoredEvent]:

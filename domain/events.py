@@ -387,17 +387,21 @@ class Erased(SessionEvent):
 
 
 def _drop(session: SessionFields, message_ids: tuple[str, ...]) -> None:
+    buffer = session.buffer
     if session.watermark:  # items the extractor had read leave: its watermark moves down
         gone = set(message_ids)
-        read = itertools.islice(session.buffer, session.watermark)
+        read = itertools.islice(buffer, session.watermark)
         below = sum(1 for m in read if m in gone)
         session.watermark -= below
+    tokens = turns = 0
     for message_id in message_ids:
-        message = session.buffer.pop(message_id, None)
+        message = buffer.pop(message_id, None)
         if message is not None:
-            session.pending_tokens -= message.tokens
+            tokens += message.tokens
             if message.role == "user":
-                session.turn_count -= 1
+                turns += 1
+    session.pending_tokens -= tokens
+    session.turn_count -= turns
 
 
 EVENT_TYPES: tuple[type[SessionEvent], ...] = (

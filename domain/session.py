@@ -9,7 +9,7 @@ a clock (timestamps are passed in) or touches storage.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Final, Literal, NamedTuple, Self
 from uuid import UUID
@@ -48,6 +48,7 @@ from chatledger.domain.failures import (
     UnknownSession,
 )
 from chatledger.domain.identity import session_id
+from chatledger.domain.message_runs import MessageRun
 from chatledger.domain.values import (
     ArchiveSummary,
     ClientContext,
@@ -129,7 +130,9 @@ class Session(BaseAggregate[UUID]):
         self.key = ""
         self.context = ClientContext()
         self.started_by: Principal = Principal(account_id="-")
-        self.buffer: dict[str, Message] = {}  # live messages by id, oldest first
+        self._buffer: dict[str, Message] = {}  # live messages by id, oldest first
+        # Runs of messages replayed after those of _buffer, not built yet (see buffer).
+        self._unbuilt: list[MessageRun] = []
         self.pending_tokens = 0
         self.turn_count = 0
         self.archives: list[ArchiveSummary] = []
@@ -606,11 +609,7 @@ class Session(BaseAggregate[UUID]):
         """Replay ``MessageAdded`` events of ``messages``, the last at ``version`` and
         ``timestamp``: the same state as applying them one by one, in one step (a load
         reads long runs of messages; see ``chatledger.adapters``)."""
-        if version != self.version + len(messages):
-            raise ValueError(
-                f"{len(messages)} messages after version {self.version} end at "
-                f"{self.version + len(messages)}, not {version}"
-            )
+        self._check_run(len(messages), version)
         if not messages:
             return
         buffer = self.buffer
@@ -620,13 +619,83 @@ class Session(BaseAggregate[UUID]):
             tokens += message.tokens
             if message.role == "user":
                 turns += 1
+        self._ran(len(messages), tokens, turns, version, timestamp)
+
+    def replay_run(self, run: MessageRun, version: int, timestamp: datetime) -> None:
+        """``replay_messages`` of a run whose messages are built only when read: the same
+        state, its messages kept unbuilt until something reads the buffer (a prompt
+        context reads only the newest: ``newest_messages``)."""
+        count = len(run)
+        self._check_run(count, version)
+        if not count:
+            return
+        if not self._new_ids(run):  # one by one, a repeated id keeps its first place
+            self.replay_messages(run.messages(), version, timestamp)
+            return
+        self._unbuilt.append(run)
+        self._ran(count, run.tokens, run.user_turns, version, timestamp)
+
+    def _check_run(self, count: int, version: int) -> None:
+        if version != self.version + count:
+            raise ValueError(
+                f"{count} messages after version {self.version} end at "
+                f"{self.version + count}, not {version}"
+            )
+
+    def _new_ids(self, run: MessageRun) -> bool:
+        """Whether the run's ids are distinct and none is live already."""
+        ids = dict.fromkeys(run.ids).keys()
+        if len(ids) != len(run) or not ids.isdisjoint(self._buffer):
+            return False
+        return all(ids.isdisjoint(other.ids) for other in self._unbuilt)
+
+    def _ran(self, count: int, tokens: int, turns: int, version: int, when: datetime) -> None:
+        """What a run of ``count`` messages changes besides the buffer."""
         self.pending_tokens += tokens
         self.turn_count += turns
-        self.message_count += len(messages)
+        self.message_count += count
         self.evicted = self.closed = False
-        self.updated_at = timestamp
+        self.updated_at = when
         self.version = version
-        self.modified_on = timestamp
+        self.modified_on = when
+
+    @property
+    def buffer(self) -> dict[str, Message]:
+        """The live messages by id, oldest first (runs replayed unbuilt are built now)."""
+        if self._unbuilt:
+            self._build()
+        return self._buffer
+
+    @buffer.setter
+    def buffer(self, messages: dict[str, Message]) -> None:
+        self._buffer = messages
+        self._unbuilt = []
+
+    def _build(self) -> None:
+        buffer = self._buffer
+        for run in self._unbuilt:
+            buffer.update(zip(run.ids, run.messages(), strict=True))
+        self._unbuilt = []
+
+    @property
+    def buffer_size(self) -> int:
+        """How many messages are live (``len(buffer)``, without building any)."""
+        return len(self._buffer) + sum(len(run) for run in self._unbuilt)
+
+    def newest_messages(self) -> Iterator[Message]:
+        """The live messages, newest first, each built as it is read (an unbuilt run's
+        messages are built again by a later full read; a context reads a few)."""
+        for run in reversed(self._unbuilt):
+            for index in range(len(run) - 1, -1, -1):
+                yield run.message(index)
+        yield from reversed(self._buffer.values())
+
+    def __eq__(self, other: object) -> bool:
+        """Equal state (the library compares attributes; unbuilt runs are built first)."""
+        if isinstance(other, Session):
+            self._build()
+            other._build()
+        return super().__eq__(other)
 
     @property
     def status(self) -> SessionStatus:
@@ -658,7 +727,7 @@ class Session(BaseAggregate[UUID]):
     @property
     def state_items(self) -> int:
         """Live messages plus live archives: what a snapshot of this state holds."""
-        return len(self.buffer) + len(self.archives)
+        return self.buffer_size + len(self.archives)
 
     def should_snapshot(self, interval: int) -> bool:
         """Whether a snapshot now would make loading this session markedly cheaper.

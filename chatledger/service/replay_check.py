@@ -15,14 +15,15 @@ from typing import Any
 from uuid import UUID
 
 from chatledger.adapters.chain import BrokenLink, ChainRow
-from chatledger.adapters.codec import is_compact
+from chatledger.adapters.codec import BuiltMessages, is_compact, message_added_of_row
 from chatledger.adapters.mapper import PydanticMapper
 from chatledger.adapters.store import EventStoreApplication
-from chatledger.domain.events import Forked, Started
+from chatledger.domain.events import Forked, MessageAdded, Started
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.identity import session_id
-from chatledger.domain.session import Session
+from chatledger.domain.session import Session, SessionCounters
+from chatledger.domain.values import Principal
 from chatledger.projections.facts import StoredFacts, edited_facts, stored_facts
 
 _FACTS_AT = 7  # where a scanned row's facts start (adapters.chain_scan)
@@ -43,12 +44,13 @@ def replay_row(
     """Decode one stored row and apply it to ``session`` (None before a session's first);
     returns the session after it and the row's facts as the append would have stored them."""
     return replay_event(
-        store, row.originator_id, row.version, row.topic, row.state, row.timestamp_us, session
-    )
+        _mapper(store), row.originator_id, row.version, row.topic, row.state,
+        row.timestamp_us, session,
+    )  # fmt: skip
 
 
 def replay_event(
-    store: EventStoreApplication,
+    mapper: PydanticMapper,
     sid: UUID,
     version: int,
     topic: str,
@@ -56,9 +58,9 @@ def replay_event(
     timestamp_us: int,
     session: Session | None,
 ) -> tuple[Session, StoredFacts]:
-    """``replay_row`` of a row given by its values."""
+    """``replay_row`` of a row given by its values, decoded by the store's ``mapper``."""
     try:
-        event = _mapper(store).event_of_row(sid, version, topic, state, timestamp_us)
+        event = mapper.event_of_row(sid, version, topic, state, timestamp_us)
         if not isinstance(event, SessionEvent):
             raise TypeError(f"{topic} is not a session event")
         replayed = event.mutate(session)
@@ -134,14 +136,33 @@ def check_replay(
     """Replay a session's (chain-verified) rows -- tuples as ``adapters.chain_scan`` reads
     them, with every fact -- and compare: each row's stored facts must be its event's, and
     each of its stored ``snapshots`` (version, topic, state) the state replayed up to it.
-    Returns the first problem."""
+    Returns the first problem.
+
+    A run of messages is applied in one step (``Session.replay_run``, as a load does),
+    each row's counters counted alongside: the same facts as applying them one by one."""
     stored = {version: (topic, state) for version, topic, state in snapshots}
     session: Session | None = None
-    for row in rows:
+    mapper = _mapper(store)
+    index, count = 0, len(rows)
+    while index < count:
+        if session is not None:
+            run = _message_run(rows, index, stored)
+            if len(run) > 1:
+                session, done, problem = _check_messages(mapper, sid, run, session)
+                if problem is not None:
+                    return problem
+                index += done
+                if done == len(run):
+                    problem = _check_snapshot_at(store, session, stored)
+                    if problem is not None:
+                        return problem
+                    continue  # else the row that did not decode is reported below
+        row = rows[index]
+        index += 1
         _, _, version, topic, state, timestamp_us = row[:6]
         try:
             session, expected = replay_event(
-                store, sid, version, topic, state, timestamp_us, session
+                mapper, sid, version, topic, state, timestamp_us, session
             )
         except Forged as error:
             return _broken(
@@ -153,22 +174,97 @@ def check_replay(
                 sid, row, "event cannot be replayed",
                 "an event this chatledger version can apply", str(error),
             )  # fmt: skip
-        facts = row[_FACTS_AT:]
-        changed = None if facts == expected else edited_facts(
-            facts, expected, version, session.started_by, compact=is_compact(topic)
-        )  # fmt: skip
-        if changed is not None:
-            return _broken(
-                sid, row, "stored facts differ from the event",
-                "facts derived from the verified events",
-                f"edited fact columns: {', '.join(changed) or 'all (none stored)'}",
-            )  # fmt: skip
-        snapshot = stored.get(version)
-        if snapshot is not None:
-            problem = _check_snapshot(store, session, *snapshot)
-            if problem is not None:
-                return problem
+        problem = _facts_problem(sid, row, expected, session.started_by) or _check_snapshot_at(
+            store, session, stored
+        )
+        if problem is not None:
+            return problem
     return None
+
+
+def _message_run(
+    rows: Sequence[tuple[Any, ...]], index: int, stored: dict[int, Any]
+) -> Sequence[tuple[Any, ...]]:
+    """The rows of format-2 messages from ``index`` on, ending at the first one with a
+    stored snapshot (its state is compared right after it)."""
+    end = index
+    count = len(rows)
+    while end < count and rows[end][3] == "MessageAdded":
+        end += 1
+        if rows[end - 1][2] in stored:
+            break
+    return rows[index:end]
+
+
+def _check_messages(
+    mapper: PydanticMapper, sid: UUID, run: Sequence[tuple[Any, ...]], session: Session
+) -> tuple[Session, int, BrokenLink | None]:
+    """Apply a run of message rows to ``session`` at once and compare each row's facts with
+    the facts of applying them one by one. Returns the session, how many rows were
+    applied (up to the first that does not decode, left to the caller), and the first
+    row whose facts differ."""
+    events: list[MessageAdded] = []
+    fast = not mapper.plain_bytes_changed
+    for row in run:
+        event = message_added_of_row(row[4], sid, row[2], row[5]) if fast else None
+        if event is None:
+            try:
+                event = mapper.event_of_row(sid, row[2], row[3], row[4], row[5])
+            except Exception:  # the one-by-one replay reports it
+                break
+            if type(event) is not MessageAdded:
+                break
+        events.append(event)
+    if not events:
+        return session, 0, None
+    messages = [event.message for event in events]
+    tokens = [message.tokens for message in messages]
+    before = session.counters()
+    last = events[-1]
+    try:
+        session.replay_run(BuiltMessages(messages, tokens), last.originator_version, last.timestamp)
+    except ValueError:  # not the next versions (chain-verified rows are): one by one
+        return session, 0, None
+    # After each message: the counters after the run, with the three it moves counted so far.
+    after = session.counters()
+    messages_now, pending, turns = before[0], before[1], before[2]
+    tenant, key, rest = session.tenant, session.key, after[3:]
+    counted = SessionCounters._make  # a tuple as it stands (the generated __new__ binds 7)
+    for row, event, message, used in zip(run, events, messages, tokens, strict=False):
+        messages_now += 1
+        pending += used
+        if message.role == "user":
+            turns += 1
+        expected = stored_facts(event, tenant, key, counted((messages_now, pending, turns, *rest)))
+        problem = _facts_problem(sid, row, expected, session.started_by)
+        if problem is not None:
+            return session, len(events), problem
+    return session, len(events), None
+
+
+def _facts_problem(
+    sid: UUID, row: tuple[Any, ...], expected: StoredFacts, first: Principal
+) -> BrokenLink | None:
+    """The problem with a row's stored facts, if they are not ``expected`` in the whole or
+    the slim form (``first``: who started the session)."""
+    facts = row[_FACTS_AT:]
+    if facts == expected:
+        return None
+    changed = edited_facts(facts, expected, row[2], first, compact=is_compact(row[3]))
+    if changed is None:
+        return None
+    return _broken(
+        sid, row, "stored facts differ from the event",
+        "facts derived from the verified events",
+        f"edited fact columns: {', '.join(changed) or 'all (none stored)'}",
+    )  # fmt: skip
+
+
+def _check_snapshot_at(
+    store: EventStoreApplication, session: Session, stored: dict[int, tuple[str, bytes]]
+) -> BrokenLink | None:
+    snapshot = stored.get(session.version)
+    return None if snapshot is None else _check_snapshot(store, session, *snapshot)
 
 
 def _check_snapshot(

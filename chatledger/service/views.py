@@ -54,11 +54,12 @@ def context_view(session: Session, token_budget: int) -> ContextView:
         else:
             archive = None
     kept: list[Message] = []
-    for message in reversed(session.live_messages):
-        if message.tokens > remaining:
+    for message in session.newest_messages():  # built as read: a context reads a few
+        tokens = message.tokens
+        if tokens > remaining:
             break
         kept.append(message)
-        remaining -= message.tokens
+        remaining -= tokens
     kept.reverse()
     return ContextView(
         key=session.key,
@@ -69,7 +70,7 @@ def context_view(session: Session, token_budget: int) -> ContextView:
         abstract=abstract,
         messages=tuple(kept),
         tokens=token_budget - remaining,
-        dropped_messages=len(session.buffer) - len(kept),
+        dropped_messages=session.buffer_size - len(kept),
     )
 
 
@@ -80,7 +81,7 @@ def counters(session: Session) -> Counters:
         message_count=session.message_count,
         commit_count=session.commit_count,
         archive_count=len(session.archives),
-        buffer_size=len(session.buffer),
+        buffer_size=session.buffer_size,
         pending_tokens=session.pending_tokens,
         turn_count=session.turn_count,
     )

@@ -1,0 +1,363 @@
+"""The fast read paths hold the validated ones equal, for every stored form.
+
+- ``message_added_of_row`` (``verify(deep=True)`` and imports) decodes a format-2
+  ``MessageAdded`` row into exactly the validated event, or declines (None) -- and
+  declines every row the validated decode refuses, so a deep check or an import still
+  refuses what it refused.
+- ``stored_run`` (loads) gives a run whose messages, ids, tokens and user turns are the
+  validated ones, plain, sealed and erased alike; ``texts_tokens`` is ``estimate_tokens``
+  summed.
+- ``Session.replay_run`` keeps a run unbuilt and leaves the state of replaying it one by
+  one; a cold ``context()`` equals a warm one, erased content reading ``[erased]``.
+- ``verify(deep=True)`` applies runs of messages at once and still reports the row whose
+  fact was doctored, or which cannot be applied, in the order the rows come.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_audit import REPLAYED, _execute, _mutate_column, _rechained, _rows, _state_bytes
+from test_stored_form import T0, message_added
+
+from chatledger import SessionLedger
+from chatledger.adapters.codec import (
+    StoredMessages,
+    decode,
+    decode_payloads,
+    encode,
+    message_added_of_row,
+    stored_run,
+)
+from chatledger.adapters.sealing import open_compact_message, row_aad
+from chatledger.domain.events import MessageAdded
+from chatledger.domain.session import Session
+from chatledger.domain.timestamps import to_micros
+from chatledger.domain.values import ERASED, Message, estimate_tokens, texts_tokens
+from support import ADMIN, ALICE
+
+KEY_ID = "key-1"
+CIPHER = AESGCM(os.urandom(32))
+
+
+def _keys(key_id: str) -> AESGCM | None:
+    return CIPHER if key_id == KEY_ID else None
+
+
+def _no_keys(key_id: str) -> AESGCM | None:
+    return None
+
+
+def _row(event: MessageAdded, sealed: bool = False) -> tuple[bytes, int]:
+    state = encode(event, (KEY_ID, CIPHER) if sealed else None)[1]
+    return state, to_micros(event.timestamp)
+
+
+def _validated(event: MessageAdded, state: bytes, ciphers: Any = _keys) -> Any:
+    return decode("MessageAdded", state, event.originator_id, event.originator_version,
+                  to_micros(event.timestamp), ciphers)  # fmt: skip
+
+
+def _same(fast: Any, slow: Any) -> None:
+    """Equal, and dumped and printed alike."""
+    assert fast == slow
+    assert fast.model_dump() == slow.model_dump()
+    assert repr(fast) == repr(slow)
+
+
+@settings(max_examples=300, deadline=None)
+@given(message_added())
+def test_the_fast_decode_of_a_message_row_equals_the_validated_one(event: MessageAdded) -> None:
+    """Every MessageAdded row decodes fast into the validated event, or is left to it (only
+    one with a timestamp of its own: not UTC, or a message time not the event's)."""
+    state, stamp = _row(event)
+    fast = message_added_of_row(state, event.originator_id, event.originator_version, stamp)
+    slow = _validated(event, state)
+    if fast is None:
+        payload = json.loads(state)
+        assert "at" in payload or "ts" in payload
+    else:
+        _same(fast, slow)
+
+
+@settings(max_examples=100, deadline=None)
+@given(message_added())
+def test_sealed_message_rows_are_left_to_the_validated_decode(event: MessageAdded) -> None:
+    """A sealed row (opened, or erased without its key) is never decoded by the fast path."""
+    state, stamp = _row(event, sealed=True)
+    assert message_added_of_row(state, event.originator_id, event.originator_version, stamp) is None
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-2, 300)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=5,
+)
+ODD_VALUES = (
+    JSON_VALUES
+    | st.sampled_from(["", "x" * 129, "x" * 128, "robot", "user", "\x07", "a\nb", "member"])
+    | st.lists(st.sampled_from(["acme", "", "u", "admin", "\x00", "x" * 257, 1]), max_size=6)
+    | st.fixed_dictionaries(
+        {"tool_name": st.sampled_from(["s", "", "\x01"])},
+        optional={
+            "status": st.sampled_from(["success", "error", "bad", None]),
+            "prompt_tokens": st.sampled_from([0, 3, -1, 2.0, 2.5, True, "3"]),
+            "extra": st.just(1),
+        },
+    )
+)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    message_added(),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "i", "r", "c", "n", "x", "t", "k", "at", "z"]),
+            st.none() | ODD_VALUES,
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.booleans(),
+)
+def test_the_fast_decode_declines_every_row_the_validated_decode_refuses(
+    event: MessageAdded, edits: list[tuple[str, Any]], drop: bool
+) -> None:
+    """A row edited into any shape: where validation refuses it, the fast decode declines
+    (so verify(deep=True) and imports still report it); where it accepts, the two agree."""
+    state, stamp = _row(event)
+    payload = json.loads(state)
+    for key, value in edits:
+        if drop and value is None:
+            payload.pop(key, None)
+        else:
+            payload[key] = value
+    edited = json.dumps(payload).encode()
+    fast = message_added_of_row(edited, event.originator_id, event.originator_version, stamp)
+    try:
+        slow = _validated(event, edited)
+    except (KeyError, TypeError, ValueError):
+        assert fast is None
+        return
+    if fast is not None:
+        _same(fast, slow)
+
+
+def _messages_of(events: list[MessageAdded], ciphers: Any = _keys) -> list[Message]:
+    return [_validated(e, _row(e, sealed=ciphers is not None)[0], ciphers).message for e in events]
+
+
+def _run(events: list[MessageAdded], sealed: bool, ciphers: Any) -> Any:
+    rows = [_row(e, sealed) for e in events]
+    aad = row_aad(events[0].originator_id, "MessageAdded")
+
+    def opener(payload: dict[str, Any], sealed_part: Any) -> None:
+        open_compact_message(payload, sealed_part, ciphers, aad)
+
+    return stored_run([s for s, _ in rows], [t for _, t in rows], opener)
+
+
+def _holds(run: Any, messages: list[Message]) -> None:
+    assert run.messages() == messages
+    assert [run.message(i) for i in range(len(run))] == messages
+    assert list(run.ids) == [m.id for m in messages]
+    assert run.tokens == sum(m.tokens for m in messages)
+    assert run.user_turns == sum(1 for m in messages if m.role == "user")
+    assert [repr(m) for m in run.messages()] == [repr(m) for m in messages]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(message_added(), min_size=1, max_size=10), st.sampled_from(["plain", "sealed",
+                                                                            "erased"]))  # fmt: skip
+def test_a_stored_run_holds_the_validated_messages(events: list[MessageAdded], form: str) -> None:
+    """A run of stored messages -- plain, sealed or erased -- offers exactly the validated
+    messages, their ids, tokens and user turns (built lazily or at once)."""
+    events = [e.model_copy(update={"originator_id": events[0].originator_id}) for e in events]
+    ciphers = _no_keys if form == "erased" else _keys
+    run = _run(events, form != "plain", ciphers)
+    expected = [_validated(e, _row(e, form != "plain")[0], ciphers).message for e in events]
+    _holds(run, expected)
+    if form == "erased":
+        assert all(m.content == ERASED for m in run.messages())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(max_size=3) | st.text(min_size=4, max_size=30), max_size=20))
+def test_texts_tokens_is_estimate_tokens_summed(texts: list[str]) -> None:
+    """The counting in C code gives what estimate_tokens gives text by text."""
+    assert texts_tokens(texts) == sum(estimate_tokens(t) for t in texts)
+
+
+def test_plain_text_runs_are_kept_unbuilt_and_others_are_built() -> None:
+    """Plain text messages make a lazy StoredMessages; an item, a tool call or a message
+    time of its own make the run build its messages at once (still the validated ones)."""
+    plain = [
+        b'{"a":["acme"],"i":"m1","r":"user","c":"hi"}',
+        b'{"a":["acme"],"i":"m2","r":"tool","c":"","n":"x"}',
+    ]
+    stamps = [to_micros(T0)] * 2
+    assert isinstance(stored_run(plain, stamps), StoredMessages)
+    with_item = [
+        *plain,
+        b'{"a":["acme"],"i":"m3","x":{"type":"message","role":"user","content":"yo"}}',
+    ]
+    assert not isinstance(stored_run(with_item, [*stamps, stamps[0]]), StoredMessages)
+    odd_rows = (
+        b'{"a":["acme"],"i":5,"r":"user","c":"hi"}',
+        b'{"a":["acme"],"i":"m","r":"robot","c":"x"}',
+        b'{"a":["acme"],"i":"m","r":"user","c":["x"]}',
+        b'{"a":["acme"],"i":"m","r":["user"],"c":"x"}',
+        b'{"a":["acme"],"r":"user","c":"x"}',
+    )
+    for odd in odd_rows:
+        with pytest.raises(ValueError):
+            StoredMessages(decode_payloads([odd]), stamps[:1])
+
+
+def _session_with(prefix: int) -> Session:
+    session = Session.start(tenant="acme", key="k", actor=ALICE, timestamp=T0)
+    for n in range(prefix):
+        session.add_message(Message(id=f"p{n}", role="user", content="x" * n, created_at=T0),
+                            actor=ALICE, timestamp=T0)  # fmt: skip
+    session.collect_events()
+    return Session.from_state(session.id, session.version, session.to_state())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(message_added(), min_size=1, max_size=8), st.integers(0, 3), st.booleans())
+def test_a_run_replayed_unbuilt_leaves_the_state_of_one_by_one(
+    events: list[MessageAdded], prefix: int, twice: bool
+) -> None:
+    """Session.replay_run (one run or two) leaves the state, counters, newest-first messages
+    and buffer size of applying each MessageAdded; repeated ids included."""
+    one, lazy = _session_with(prefix), _session_with(prefix)
+    renumbered = [
+        e.model_copy(update={"originator_id": one.id, "originator_version": one.version + n})
+        for n, e in enumerate(events, start=1)
+    ]
+    for event in renumbered:
+        event.mutate(one)
+    halves = [renumbered[: len(renumbered) // 2], renumbered[len(renumbered) // 2 :]]
+    for part in halves if twice else [renumbered]:
+        if part:
+            rows = [_row(e) for e in part]
+            run = stored_run([s for s, _ in rows], [t for _, t in rows])
+            lazy.replay_run(run, part[-1].originator_version, part[-1].timestamp)
+    assert lazy.buffer_size == one.buffer_size == len(one.buffer)
+    assert list(lazy.newest_messages()) == list(reversed(one.buffer.values()))
+    assert lazy.counters() == one.counters()
+    assert lazy.to_state() == one.to_state()
+    assert (lazy.version, lazy.modified_on) == (one.version, one.modified_on)
+    assert lazy == one
+
+
+@pytest.mark.parametrize("encryption", [False, True])
+def test_a_cold_context_equals_a_warm_one(
+    make_ledger: Callable[..., SessionLedger], encryption: bool
+) -> None:
+    """A new ledger's context() of a long uncommitted session (built lazily) equals the
+    context of the ledger that wrote it, and its session() and counters too."""
+    writer = make_ledger(encryption=encryption)
+    for first in range(0, 300, 20):
+        writer.add_messages(ALICE, "long", [
+            {"role": "user" if n % 3 else "assistant", "content": f"message {n} " * (n % 7)}
+            for n in range(first, first + 20)
+        ])  # fmt: skip
+    warm_context = writer.context(ALICE, "long", token_budget=500)
+    warm_session = writer.session(ALICE, "long")
+    cold = make_ledger(encryption=encryption)
+    assert cold.context(ALICE, "long", token_budget=500) == warm_context
+    assert cold.session(ALICE, "long") == warm_session
+    assert 0 < len(warm_context.messages) < 300
+
+
+def test_a_cold_context_of_an_erased_session_reads_erased(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """Erased content stays erased on a cold read: every message reads [erased]."""
+    writer = make_ledger(encryption=True)
+    writer.add_messages(
+        ALICE, "gone", [{"role": "user", "content": f"secret {n}"} for n in range(30)]
+    )
+    writer.erase(ALICE, "gone")
+    context = make_ledger(encryption=True).context(ALICE, "gone")
+    assert context.messages and all(m.content == ERASED for m in context.messages)
+
+
+@pytest.fixture
+def runs(make_ledger: Callable[..., SessionLedger]) -> SessionLedger:
+    """A session of long runs of messages (some with tool calls), commits and snapshots."""
+    ledger = make_ledger(snapshot_interval=4)
+    for batch in range(3):
+        ledger.add_messages(ALICE, "runs", [
+            {"role": "user" if n % 2 else "assistant", "content": f"message {batch}.{n}"}
+            | ({"tool_call": {"tool_name": "search", "prompt_tokens": n}} if n % 3 == 0 else {})
+            for n in range(9)
+        ])  # fmt: skip
+        ledger.commit(ALICE, "runs")
+    ledger.add_messages(ALICE, "runs", [{"role": "user", "content": "tail"}] * 3)
+    assert ledger.verify(ADMIN, deep=True).ok
+    return ledger
+
+
+@pytest.mark.parametrize("column", REPLAYED)
+def test_a_doctored_fact_in_a_run_of_messages_is_found_at_its_row(
+    runs: SessionLedger, column: str
+) -> None:
+    """verify(deep=True) checks runs of messages at once, and still names the row whose
+    fact was doctored: the first of a run, one inside, the last of the session."""
+    messages = [r for r in _rows(runs) if r["topic"] == "MessageAdded"]
+    for row in (messages[0], messages[4], messages[-1]):
+        _mutate_column(runs, row, column, at=1)
+        (issue,) = runs.verify(ADMIN, deep=True).issues
+        assert (issue.reason, issue.position) == ("stored facts differ from the event", row["id"])
+        assert column in issue.found
+        _execute(runs, f"UPDATE chatledger_events SET {column} = :value WHERE id = :id",
+                 value=row[column], id=row["id"])  # fmt: skip
+    assert runs.verify(ADMIN, deep=True).ok
+
+
+def test_a_row_inside_a_run_that_cannot_be_applied_is_reported_after_earlier_facts(
+    runs: SessionLedger,
+) -> None:
+    """A chain-consistent message row with a role no message has, inside a run: reported
+    as unreplayable at its row -- after a doctored fact earlier in the same run."""
+    lines = list(runs.export(ADMIN))
+    records = [json.loads(line) for line in lines[1:]]
+    spoilt = sorted(
+        (r for r in records if r["topic"] == "MessageAdded"), key=lambda r: r["version"]
+    )[5]
+
+    def spoil(edited: list[dict[str, Any]]) -> None:
+        for record in edited:
+            if record["position"] == spoilt["position"]:
+                payload = json.loads(_state_bytes(record))
+                record.pop("event", None)
+                payload["r"] = "robot"
+                record["state"] = json.dumps(payload, separators=(",", ":"))
+
+    for record in map(json.loads, _rechained(lines, spoil)[1:]):
+        _execute(runs, "UPDATE chatledger_events SET state = :state, hash = :hash WHERE id = :id",
+                 state=_state_bytes(record), hash=bytes.fromhex(record["hash"]),
+                 id=record["position"])  # fmt: skip
+    assert runs.verify(ADMIN).ok
+    (issue,) = runs.verify(ADMIN, deep=True).issues
+    assert (issue.reason, issue.position) == ("event cannot be replayed", spoilt["position"])
+    earlier = next(r for r in _rows(runs) if r["id"] == spoilt["position"] - 2)
+    _mutate_column(runs, earlier, "pending_tokens", at=1)
+    (issue,) = runs.verify(ADMIN, deep=True).issues
+    assert (issue.reason, issue.position) == ("stored facts differ from the event", earlier["id"])
