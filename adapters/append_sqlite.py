@@ -18,7 +18,6 @@ autocommitted INSERT; several share one ``BEGIN IMMEDIATE`` transaction.
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -35,7 +34,10 @@ from chatledger.projections.facts import StoredFacts
 
 _T = TypeVar("_T")
 _KEPT_HEADS = 10_000  # chain heads remembered between appends
-_NONE = type(None)
+_FACTS_AT = 7  # where a row's stored facts start among its values
+# Facts written as SQL literals rather than bound. Stored facts are str, int or None
+# (StoredFacts), so 0 here is only ever the integer 0 (False and 0.0 would share its key).
+_EMPTY: dict[object, str] = {None: "NULL", "": "''", 0: "0"}
 _Head = tuple[int, bytes, str]  # a session's last version, its hash and the session id in hex
 
 
@@ -103,11 +105,9 @@ class SqliteAppender:
             f"VALUES ({', '.join(['?'] * len(columns))})"
         )
         self._table_name = name
-        nullable = [i for i, c in enumerate(columns) if c.nullable]
-        self._nullable = operator.itemgetter(*nullable)
-        self._nullable_at = nullable
-        # The INSERT for each pattern of NULL facts, with the values it binds (see _statement).
-        self._inserts: dict[tuple[type, ...], tuple[str, tuple[bool, ...]]] = {}
+        # The INSERT for each pattern of NULL or empty facts, with the values it binds (see
+        # _statement).
+        self._inserts: dict[tuple[object, ...], tuple[str, tuple[bool, ...]]] = {}
         self._sql_max_id = f"SELECT COALESCE(MAX(id), 0) FROM {name}"
         self._sql_hash_of = (
             f"SELECT hash FROM {name} WHERE originator_id = ? AND originator_version = ?"
@@ -208,27 +208,27 @@ class SqliteAppender:
         Python's sqlite3 binds ints, floats and strs directly but runs every
         other value -- ``None``, ``bytes`` -- through its adaptation protocol,
         which costs several times a plain bind (an attribute lookup that fails,
-        with its error text formatted and dropped). So facts that are NULL are
-        written as literal NULLs (one cached statement per pattern of them) and
+        with its error text formatted and dropped). So facts that are NULL, and
+        facts that are empty (``''``, ``0``: most of a slim row), are written as
+        literals (one cached statement per pattern of them, a handful in all) and
         the payload and hash are bound as ``bytearray`` (the same BLOB).
         """
-        nulls = tuple(map(type, self._nullable(values)))
-        found = self._inserts.get(nulls)
+        pattern = tuple(map(_EMPTY.get, values[_FACTS_AT:]))
+        found = self._inserts.get(pattern)
         if found is None:
-            found = self._inserts[nulls] = self._compile(nulls)
+            found = self._inserts[pattern] = self._compile(pattern)
         sql, keep = found
         bound = list(compress(values, keep))
         bound[4] = bytearray(bound[4])  # state
         bound[6] = bytearray(bound[6])  # hash
         return sql, tuple(bound)
 
-    def _compile(self, nulls: tuple[type, ...]) -> tuple[str, tuple[bool, ...]]:
-        literal = {i for i, kind in zip(self._nullable_at, nulls, strict=True) if kind is _NONE}
-        marks = ["NULL" if i in literal else "?" for i in range(len(self._names))]
+    def _compile(self, pattern: tuple[str | None, ...]) -> tuple[str, tuple[bool, ...]]:
+        marks = ["?"] * _FACTS_AT + [literal or "?" for literal in pattern]
         sql = (
             f"INSERT INTO {self._table_name} ({', '.join(self._names)}) VALUES ({', '.join(marks)})"
         )
-        return sql, tuple(i not in literal for i in range(len(self._names)))
+        return sql, tuple(mark == "?" for mark in marks)
 
     def _hash_of(self, cursor: Any, originator_id: UUID, version: int) -> bytes:
         if version == 0:

@@ -82,6 +82,7 @@ class SessionCounters(NamedTuple):
     status: SessionStatus  # LIVE, EVICTED (idle, LRU, admin) or CLOSED (by its client)
 
 
+_counters = SessionCounters._make
 ArchiveRef = tuple[int, int]
 """Where a live archive was recorded: (version of the event, index among its archives)."""
 
@@ -710,15 +711,13 @@ class Session(BaseAggregate[UUID]):
 
     def counters(self) -> SessionCounters:
         """The counters and status now."""
-        return SessionCounters(
-            self.message_count,
-            self.pending_tokens,
-            self.turn_count,
-            self.commit_count,
-            len(self.archives),
-            self.last_commit_at,
-            self.status,
-        )
+        # A tuple as it stands (the generated __new__ binds seven arguments); the status
+        # of a live session without a property call: this runs after every event.
+        live = not (self.evicted or self.erased or self.deleted)
+        return _counters((
+            self.message_count, self.pending_tokens, self.turn_count, self.commit_count,
+            len(self.archives), self.last_commit_at, LIVE if live else self.status,
+        ))  # fmt: skip
 
     @property
     def live_messages(self) -> list[Message]:
