@@ -80,34 +80,32 @@ def file_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
 
-def snapshot_bytes(path: Path) -> int:
-    """Bytes of the ledger's snapshot table and its index (0 without SQLite's dbstat)."""
+def _sum(path: Path, query: str) -> int:
+    """The one number ``query`` sums in the ledger file (0 if SQLite cannot run it)."""
     connection = sqlite3.connect(path)
     try:
-        row = connection.execute(
-            "SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name IN "
-            "('chatledger_snapshots', 'sqlite_autoindex_chatledger_snapshots_1')"
-        ).fetchone()
+        row = connection.execute(query).fetchone()
     except sqlite3.Error:
         return 0
     finally:
         connection.close()
     return int(row[0])
+
+
+def snapshot_bytes(path: Path) -> int:
+    """Bytes of the ledger's snapshot table and its index (0 without SQLite's dbstat)."""
+    return _sum(path, (
+        "SELECT COALESCE(SUM(pgsize), 0) FROM dbstat WHERE name IN "
+        "('chatledger_snapshots', 'sqlite_autoindex_chatledger_snapshots_1')"
+    ))  # fmt: skip
 
 
 def commit_bytes(path: Path) -> int:
     """Payload bytes of the ledger's ``Committed`` and ``ArchiveMerged`` events (0 if none)."""
-    connection = sqlite3.connect(path)
-    try:
-        row = connection.execute(
-            "SELECT COALESCE(SUM(LENGTH(state)), 0) FROM chatledger_events "
-            "WHERE topic IN ('Committed', 'ArchiveMerged')"
-        ).fetchone()
-    except sqlite3.Error:
-        return 0
-    finally:
-        connection.close()
-    return int(row[0])
+    return _sum(path, (
+        "SELECT COALESCE(SUM(LENGTH(state)), 0) FROM chatledger_events "
+        "WHERE topic IN ('Committed', 'ArchiveMerged')"
+    ))  # fmt: skip
 
 
 def write_agents(key: str, batch: int) -> Writer:
