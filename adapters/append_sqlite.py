@@ -129,9 +129,8 @@ class SqliteAppender:
         for stream, head in heads.items():
             known[stream] = head
             known.move_to_end(stream)
-        if len(known) > _KEPT_HEADS:
-            while len(known) > _KEPT_HEADS:
-                known.popitem(last=False)
+        while len(known) > _KEPT_HEADS:
+            known.popitem(last=False)
         return positions
 
     def insert_exported(self, rows: Sequence[ChainRow], facts: Sequence[StoredFacts]) -> None:
