@@ -147,11 +147,11 @@ def _plain_message(event: MessageAdded) -> bytes | None:
     writes of it, at a third of the cost, on the path of nearly every append. ``None``
     for any other message."""
     m = event.message
-    timestamp = event.timestamp
+    timestamp, created = event.timestamp, m.created_at
     if (
         m.item is not None or m.tool_call is not None or m.name is not None
-        or event.idempotency_key is not None or m.created_at != timestamp
-        or timestamp.utcoffset() != _ZERO
+        or event.idempotency_key is not None or timestamp.utcoffset() != _ZERO
+        or (created is not timestamp and (created != timestamp or not _utc(created)))
     ):  # fmt: skip
         return None
     actor = _actor_json(event.actor)

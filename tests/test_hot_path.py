@@ -175,3 +175,18 @@ def test_build_items_gives_the_validated_messages(item: dict[str, object]) -> No
     )  # fmt: skip
     assert built == validated and repr(built) == repr(validated)
     assert (built.role, built.content, built.name) == describe_item(item)
+
+
+def test_a_message_time_in_another_zone_is_kept_even_at_the_same_instant() -> None:
+    """A message created at the event's instant but in another zone keeps its zone: the
+    payload names it, and the row reads back with it."""
+    elsewhere = T0.astimezone(timezone(timedelta(hours=-5)))
+    message = Message(id="m1", role="user", content="hi", created_at=elsewhere)
+    event = MessageAdded(
+        originator_id=uuid4(), originator_version=2, timestamp=T0,
+        actor=Principal(account_id="acme"), message=message,
+    )  # fmt: skip
+    topic, state = encode(event)
+    assert json.loads(state)["at"] == elsewhere.isoformat()
+    back = decode(topic, state, event.originator_id, 2, to_micros(T0))
+    assert back.message.created_at.utcoffset() == timedelta(hours=-5)
