@@ -165,12 +165,7 @@ class EventStoreApplication(Application[UUID]):
             row.__dict__["facts"] = stored_facts(event, tenant, key, counters, first=first)
             stored.append(row)
         positions = self.event_recorder.insert_events(stored)
-        interval = self.snapshot_interval
-        if (
-            self.snapshots is not None
-            and session.version - session.rebuilt_from[0] >= interval  # should_snapshot's first
-            and session.should_snapshot(interval)  # test, without a call on most writes
-        ):
+        if self.snapshots is not None and session.should_snapshot(self.snapshot_interval):
             self._snapshot(session)
         return positions
 

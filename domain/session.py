@@ -711,12 +711,11 @@ class Session(BaseAggregate[UUID]):
 
     def counters(self) -> SessionCounters:
         """The counters and status now."""
-        # A tuple as it stands (the generated __new__ binds seven arguments); the status
-        # of a live session without a property call: this runs after every event.
-        live = not (self.evicted or self.erased or self.deleted)
+        # A tuple as it stands (the generated __new__ binds seven arguments): this runs
+        # after every event.
         return _counters((
             self.message_count, self.pending_tokens, self.turn_count, self.commit_count,
-            len(self.archives), self.last_commit_at, LIVE if live else self.status,
+            len(self.archives), self.last_commit_at, self.status,
         ))  # fmt: skip
 
     @property
