@@ -51,6 +51,20 @@ ITEMS: list[dict[str, object]] = [
 ]
 
 
+def message_added(message: Message, when: datetime, actor: Principal | None = None) -> MessageAdded:
+    """The second event of a new session: ``message`` added at ``when``."""
+    return MessageAdded(
+        originator_id=uuid4(), originator_version=2, timestamp=when,
+        actor=actor or Principal(account_id="acme"), message=message,
+    )  # fmt: skip
+
+
+def read_back(event: MessageAdded, topic: str, state: bytes) -> MessageAdded:
+    """The event the stored row of ``event`` decodes to."""
+    back: MessageAdded = decode(topic, state, event.originator_id, 2, to_micros(event.timestamp))
+    return back
+
+
 def canonical(payload: bytes) -> bytes:
     """The JSON every stored payload is: ``json.dumps`` of its object, compact, not ASCII."""
     return json.dumps(json.loads(payload), ensure_ascii=False, separators=(",", ":")).encode()
@@ -63,15 +77,13 @@ def test_a_plain_message_payload_is_the_canonical_json(
 ) -> None:
     """A text message's payload, written as text, is byte for byte the canonical JSON."""
     message = Message(id=uuid4().hex, role=role, content=content, created_at=when)  # type: ignore[arg-type]
-    event = MessageAdded(
-        originator_id=uuid4(), originator_version=2, timestamp=when, actor=actor, message=message
-    )
+    event = message_added(message, when, actor)
     topic, state = encode(event)
     assert state == canonical(state)
     assert json.loads(state) == {
         "a": json.loads(state)["a"], "i": message.id, "r": role, "c": content,
     }  # fmt: skip
-    assert decode(topic, state, event.originator_id, 2, to_micros(when)) == event
+    assert read_back(event, topic, state) == event
 
 
 def test_the_actor_is_written_for_each_principal_not_the_last_one() -> None:
@@ -81,9 +93,7 @@ def test_the_actor_is_written_for_each_principal_not_the_last_one() -> None:
     payloads = []
     for actor in (first, second, first):
         message = Message(id=uuid4().hex, role="user", content="hi", created_at=T0)
-        event = MessageAdded(
-            originator_id=uuid4(), originator_version=2, timestamp=T0, actor=actor, message=message
-        )
+        event = message_added(message, T0, actor)
         payloads.append(json.loads(encode(event)[1])["a"])
     assert payloads == [["acme", "u", "a"], ["acme", "v", "", "admin"], ["acme", "u", "a"]]
 
@@ -127,13 +137,10 @@ def test_an_aware_non_utc_clock_still_writes_the_general_form() -> None:
     """A clock in another zone takes the general path: the payload names the time."""
     when = T0.astimezone(timezone(timedelta(hours=2)))
     message = Message(id="m1", role="user", content="hi", created_at=when)
-    event = MessageAdded(
-        originator_id=uuid4(), originator_version=2, timestamp=when,
-        actor=Principal(account_id="acme"), message=message,
-    )  # fmt: skip
+    event = message_added(message, when)
     topic, state = encode(event)
     assert "ts" in json.loads(state)
-    assert decode(topic, state, event.originator_id, 2, to_micros(when)) == event
+    assert read_back(event, topic, state) == event
 
 
 def test_assemble_keeps_the_given_values_and_marks_them_set() -> None:
@@ -182,11 +189,8 @@ def test_a_message_time_in_another_zone_is_kept_even_at_the_same_instant() -> No
     payload names it, and the row reads back with it."""
     elsewhere = T0.astimezone(timezone(timedelta(hours=-5)))
     message = Message(id="m1", role="user", content="hi", created_at=elsewhere)
-    event = MessageAdded(
-        originator_id=uuid4(), originator_version=2, timestamp=T0,
-        actor=Principal(account_id="acme"), message=message,
-    )  # fmt: skip
+    event = message_added(message, T0)
     topic, state = encode(event)
     assert json.loads(state)["at"] == elsewhere.isoformat()
-    back = decode(topic, state, event.originator_id, 2, to_micros(T0))
+    back = read_back(event, topic, state)
     assert back.message.created_at.utcoffset() == timedelta(hours=-5)
