@@ -141,22 +141,30 @@ def _json_bound(value: object, depth: int) -> int:
     if kind is str:
         text = cast(str, value)
         return 2 + 6 * len(text) if text.isascii() or not has_surrogates(text) else -1
+    # An ASCII string inside is bounded here, without a call (most of an item's nodes).
+    inline = depth < MAX_JSON_DEPTH
     if kind is dict:
         total = 2
         for key, item in cast(dict[Any, Any], value).items():
             if type(key) is not str or not (key.isascii() or not has_surrogates(key)):
                 return -1
-            size = _json_bound(item, depth + 1)
-            if size < 0:
-                return -1
+            if inline and type(item) is str and item.isascii():
+                size = 2 + 6 * len(item)
+            else:
+                size = _json_bound(item, depth + 1)
+                if size < 0:
+                    return -1
             total += 4 + 6 * len(key) + size  # the key's quotes, a colon, a comma
         return total
     if kind is list or kind is tuple:
         total = 2
         for item in cast(list[Any], value):
-            size = _json_bound(item, depth + 1)
-            if size < 0:
-                return -1
+            if inline and type(item) is str and item.isascii():
+                size = 2 + 6 * len(item)
+            else:
+                size = _json_bound(item, depth + 1)
+                if size < 0:
+                    return -1
             total += 1 + size
         return total
     if kind is int:
