@@ -98,7 +98,7 @@ def _content_text(content: Any) -> str:
     for part in _list(content):
         if isinstance(part, str):
             texts.append(part)
-        elif isinstance(part, Mapping):
+        elif type(part) is dict or isinstance(part, Mapping):  # exact type first: no ABC check
             texts.extend(v for k in _TEXT_KEYS if isinstance(v := part.get(k), str))
     return "\n".join(texts)
 

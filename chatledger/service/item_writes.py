@@ -39,13 +39,16 @@ from chatledger.service.writes import added
 
 def build_items(limits: Limits, now: datetime, items: Sequence[Mapping[str, Any]]) -> list[Message]:
     """Checked buffer entries for framework items (each kept verbatim in ``Message.item``)."""
-    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
+    # (Exact types first: an ABC isinstance check costs several times a type test.)
+    if type(items) is not list and (
+        isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence)
+    ):
         raise InvalidInput("items must be a list of JSON objects (dicts).")
     if not items:
         raise InvalidInput("Pass at least one item.")
     built = []
     for index, item in enumerate(items):
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             raise InvalidInput(f"items[{index}] must be a JSON object (a dict).")
         check_json(item, f"items[{index}]", max_bytes=limits.max_event_bytes)
         own = dict(item)  # the message's copy: the caller's dict may change later
