@@ -141,31 +141,29 @@ def _json_bound(value: object, depth: int) -> int:
     if kind is str:
         text: str = value  # type: ignore[assignment]
         return 2 + 6 * len(text) if text.isascii() or not has_surrogates(text) else -1
-    # An ASCII string inside is bounded here, without a call (most of an item's nodes).
-    inline = depth < MAX_JSON_DEPTH
     if kind is dict:
         total = 2
-        for key, item in value.items():  # type: ignore[attr-defined]
+        for key in value:  # type: ignore[attr-defined]
             if type(key) is not str or not (key.isascii() or not has_surrogates(key)):
                 return -1
-            if inline and type(item) is str and item.isascii():
-                size = 2 + 6 * len(item)
-            else:
-                size = _json_bound(item, depth + 1)
-                if size < 0:
-                    return -1
-            total += 4 + 6 * len(key) + size  # the key's quotes, a colon, a comma
-        return total
-    if kind is list or kind is tuple:
+            total += 3 + 6 * len(key)  # the key, its quotes and a colon
+        members = value.values()  # type: ignore[attr-defined]
+    elif kind is list or kind is tuple:
         total = 2
-        for item in value:  # type: ignore[attr-defined]
-            if inline and type(item) is str and item.isascii():
-                size = 2 + 6 * len(item)
+        members = value
+    else:
+        members = None
+    if members is not None:
+        # An ASCII string inside is bounded here, without a call (most of an item's nodes).
+        inline = depth < MAX_JSON_DEPTH
+        for member in members:
+            if inline and type(member) is str and member.isascii():
+                total += 3 + 6 * len(member)  # with its comma
             else:
-                size = _json_bound(item, depth + 1)
+                size = _json_bound(member, depth + 1)
                 if size < 0:
                     return -1
-            total += 1 + size
+                total += 1 + size
         return total
     if kind is int:
         return 20 if MIN_INT <= value <= MAX_INT else -1  # type: ignore[operator]
