@@ -429,3 +429,34 @@ def test_two_ledgers_committing_at_once_archive_once(
     history = ledgers[0].history(ALICE, KEY)
     assert len(commits_of(history)) == 10
     assert_session_consistent(history, make_ledger().session(ALICE, KEY))
+
+
+@pytest.mark.parametrize("kind", ["message", "items"])
+def test_a_write_returns_what_it_left_though_another_writes_right_after(
+    ledger: SessionLedger, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """An append's result (version, position, pending tokens) is what that write left, even
+    when another thread writes to the shared cached session the moment the lock is
+    released -- before the result is built."""
+    ledger.add_message(ALICE, KEY, "user", "first message")
+    store = ledger.core.sessions
+    write = store.write
+    others: list[AddedMessage] = []
+    busy: list[bool] = []
+
+    def write_then_another(*args: Any, **kwargs: Any) -> Any:
+        written = write(*args, **kwargs)
+        if not busy:  # another thread's write, between the lock's release and the result
+            busy.append(True)
+            others.append(ledger.add_message(ALICE, KEY, "user", "a message from elsewhere"))
+        return written
+
+    monkeypatch.setattr(store, "write", write_then_another)
+    if kind == "message":
+        mine = ledger.add_message(ALICE, KEY, "user", "my message")
+    else:
+        (mine,) = ledger.add_items(ALICE, KEY, [{"role": "user", "content": "my message"}])
+    (other,) = others
+    assert (mine.version, other.version) == (3, 4)
+    assert 0 < mine.position < other.position
+    assert mine.pending_tokens < other.pending_tokens

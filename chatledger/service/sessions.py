@@ -51,14 +51,19 @@ class AlreadyRecorded(Exception):
 
 
 class Written(NamedTuple, Generic[R]):
-    """What a write returned: the change's own result, the events' positions, the session.
+    """What a write returned: the change's own result, the events' positions, the session,
+    and the session's version and pending tokens right after the write.
 
-    A named tuple: one is made for every write, and it is cheaper to build than a
-    frozen dataclass."""
+    The session object may be the cached one, which other threads write to once
+    the lock is released: what the write itself left is in ``version`` and
+    ``pending_tokens``, taken under the lock. A named tuple: one is made for
+    every write, and it is cheaper to build than a frozen dataclass."""
 
     outcome: R
     positions: list[int]
     session: Session
+    version: int
+    pending_tokens: int
 
 
 def unknown(key: str, tenant: str) -> str:
@@ -290,7 +295,7 @@ class SessionStore:
                     raise
                 if session is not cached:
                     self._remember(sid, session)
-                return Written(outcome, positions, session)
+                return Written(outcome, positions, session, session.version, session.pending_tokens)
         raise self._gave_up(attempts)
 
     def write_together(self, parts: Sequence[Part]) -> list[Written[Any]]:
@@ -344,7 +349,7 @@ class SessionStore:
                 for part, session in zip(parts, sessions, strict=True):
                     self._remember(part.sid, session)
                 return [
-                    Written(outcome, pos, session)
+                    Written(outcome, pos, session, session.version, session.pending_tokens)
                     for outcome, pos, session in zip(outcomes, positions, sessions, strict=True)
                 ]
         finally:

@@ -67,8 +67,8 @@ def added(messages: list[Message], written: Written[list[int]]) -> list[AddedMes
     session's pending tokens after the write (values the write just made, so built
     without validating them again)."""
     positions = written.positions
-    first = written.session.version - len(positions) + 1  # the versions of the write's events
-    pending = written.session.pending_tokens
+    first = written.version - len(positions) + 1  # the versions of the write's events
+    pending = written.pending_tokens  # (not the session's now: other threads write to it)
     results = []
     for message, version in zip(messages, written.outcome, strict=True):
         index = version - first
