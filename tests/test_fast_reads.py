@@ -5,8 +5,9 @@
   declines every row the validated decode refuses, so a deep check or an import still
   refuses what it refused.
 - ``stored_run`` (loads) gives a run whose messages, ids, tokens and user turns are the
-  validated ones, plain, sealed and erased alike; ``texts_tokens`` is ``estimate_tokens``
-  summed.
+  validated ones, plain, sealed and erased alike; its one-pass parse of plain text runs
+  gives what the general parse gives, for payloads edited into any shape;
+  ``texts_tokens`` is ``estimate_tokens`` summed.
 - ``Session.replay_run`` keeps a run unbuilt and leaves the state of replaying it one by
   one; a cold ``context()`` equals a warm one, erased content reading ``[erased]``.
 - ``verify(deep=True)`` applies runs of messages at once and still reports the row whose
@@ -34,6 +35,7 @@ from chatledger.adapters.codec import (
     decode_payloads,
     encode,
     message_added_of_row,
+    parsed_run,
     stored_run,
 )
 from chatledger.adapters.sealing import open_compact_message, row_aad
@@ -226,6 +228,80 @@ def test_plain_text_runs_are_kept_unbuilt_and_others_are_built() -> None:
     for odd in odd_rows:
         with pytest.raises(ValueError):
             StoredMessages(decode_payloads([odd]), stamps[:1])
+
+
+RAW_PAYLOADS = st.sampled_from([
+    b'{"a":["acme"],"i":"m1","i":"m2","r":"user","c":"twice the id"}',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"\\ud83d\\ude00 \\u00e9 \\" \\\\ \\n"}',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"\\ud800 a lone surrogate"}',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"a raw \x01 control"}',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"\xff not UTF-8"}',
+    b' {"a" : ["acme"] , "i":"m1","r":"user","c":"spaced"} ',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"x"},{"a":["acme"],"i":"m2","r":"user","c":"y"}',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"x"',
+    b'{"a":[,],"i":"m1","r":"user","c":"x"}',
+    b'{"a":"not a list","i":"m1","r":"user","c":"x","n":null,"k":null}',
+    b'{"i":"m1","r":"user","c":"no actor"}',
+    b'[]',
+    b'',
+])  # fmt: skip
+
+
+def _outcome(build: Callable[[], Any]) -> Any:
+    """What a run offers (its kind, messages, ids, tokens, user turns), or the error."""
+    try:
+        run = build()
+        messages = run.messages()
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        return type(error)
+    return (
+        type(run).__name__, [repr(m) for m in messages], [repr(run.message(i)) for i in
+        range(len(run))], list(run.ids), run.tokens, run.user_turns,
+    )  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            message_added(),
+            st.lists(
+                st.tuples(
+                    st.sampled_from(["a", "i", "r", "c", "n", "x", "t", "k", "at", "z"]),
+                    st.none() | ODD_VALUES,
+                ),
+                max_size=2,
+            ),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.lists(RAW_PAYLOADS, max_size=1),
+)
+def test_the_one_pass_parse_of_a_run_equals_the_general_parse(
+    rows: list[tuple[MessageAdded, list[tuple[str, Any]], bool]], raw: list[bytes]
+) -> None:
+    """stored_run's one-pass parse of plain text payloads gives what the general parse
+    gives -- the same messages, ids, tokens and user turns, or the same refusal -- for
+    payloads edited into any shape (a key dropped or odd, an unknown key, odd JSON)."""
+    states, stamps = [], []
+    for event, edits, drop in rows:
+        state, stamp = _row(event)
+        payload = json.loads(state)
+        for key, value in edits:
+            if drop and value is None:
+                payload.pop(key, None)
+            else:
+                payload[key] = value
+        states.append(json.dumps(payload, ensure_ascii=False).encode())
+        stamps.append(stamp)
+    for extra in raw:
+        states.append(extra)
+        stamps.append(stamps[0])
+    assert _outcome(lambda: stored_run(states, stamps)) == _outcome(
+        lambda: parsed_run(states, stamps)
+    )
 
 
 def _session_with(prefix: int) -> Session:
