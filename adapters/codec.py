@@ -303,7 +303,7 @@ def decode_payloads(
     ``opener(payload, sealed)``. Raises ``ValueError`` if a payload is not JSON, or is
     sealed and there is no ``opener``."""
     # Keys cached, not values: ids and texts are unique, and looking them up costs more.
-    decoded: list[Any] = from_json(b"[" + b",".join(states) + b"]", cache_strings="keys")
+    decoded: list[Any] = from_json(_json_array(states), cache_strings="keys")
     if len(decoded) != len(states):
         raise ValueError("a payload holds more than one JSON value")
     try:  # in C: a plain run is not walked again
@@ -348,7 +348,7 @@ def stored_run(
     if len(states) != len(stamps):
         raise ValueError(f"{len(states)} payloads but {len(stamps)} timestamps")
     try:
-        plain = _plain_texts(b"[" + b",".join(states) + b"]")
+        plain = _plain_texts(_json_array(states))
     except msgspec.DecodeError:  # not that shape (or not JSON): the general way says which
         pass
     else:
@@ -369,6 +369,16 @@ def parsed_run(
         return StoredMessages(payloads, stamps)
     except ValueError:
         return BuiltMessages(_messages(payloads, stamps))
+
+
+def _json_array(states: Sequence[bytes]) -> bytes:
+    """The payloads as one JSON array, copied once (a long run's are megabytes)."""
+    if not states:
+        return b"[]"
+    parts = list(states)
+    parts[0] = b"[" + parts[0]
+    parts[-1] = parts[-1] + b"]"
+    return b",".join(parts)
 
 
 class _PlainText(msgspec.Struct, forbid_unknown_fields=True, gc=False):

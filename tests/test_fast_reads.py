@@ -38,11 +38,13 @@ from chatledger.adapters.codec import (
     parsed_run,
     stored_run,
 )
+from chatledger.adapters.recorders import StreamColumns
 from chatledger.adapters.sealing import open_compact_message, row_aad
 from chatledger.domain.events import MessageAdded
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import ERASED, Message, estimate_tokens, texts_tokens
+from chatledger.errors import StoreUnavailable
 from support import ADMIN, ALICE
 
 KEY_ID = "key-1"
@@ -437,3 +439,60 @@ def test_a_row_inside_a_run_that_cannot_be_applied_is_reported_after_earlier_fac
     _mutate_column(runs, earlier, "pending_tokens", at=1)
     (issue,) = runs.verify(ADMIN, deep=True).issues
     assert (issue.reason, issue.position) == ("stored facts differ from the event", earlier["id"])
+
+
+def _columns(found: StreamColumns) -> tuple[list[Any], ...]:
+    return (
+        list(found.versions), list(found.topics), [bytes(s) for s in found.states],
+        list(found.stamps),
+    )  # fmt: skip
+
+
+def test_the_column_read_of_a_stream_gives_its_rows(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """stream_columns gives the versions, topics (None for a MessageAdded), states and
+    timestamps that stream gives, for every range of a session with a commit among its
+    messages (an empty range: no rows)."""
+    ledger = make_ledger()
+    for n in range(4):
+        ledger.add_messages(
+            ALICE, "s", [{"role": "user", "content": f"m{n}.{i}"} for i in range(5)]
+        )
+        if n == 1:
+            ledger.commit(ALICE, "s")
+    view = ledger.session(ALICE, "s")
+    recorder = ledger.core.store.event_recorder
+    last = view.version
+    for gt in (None, 0, 1, 6, last - 1, last):
+        for lte in (None, 1, 7, last, last + 3):
+            found = recorder.stream_columns(view.session_id, gt=gt, lte=lte)
+            rows = recorder.stream(view.session_id, gt=gt, lte=lte)
+            assert found is not None
+            assert _columns(found) == _columns(StreamColumns.of_rows(rows))
+    assert "Committed" in recorder.stream_columns(view.session_id).topics  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("snapshots", [False, True])
+def test_a_cold_load_across_a_missing_event_fails_as_the_validated_replay_does(
+    make_ledger: Callable[..., SessionLedger], snapshots: bool
+) -> None:
+    """With an event deleted from the middle of a long run of messages, a cold read finds
+    the gap (the stretch is read row by row) and raises what the validated replay raises,
+    instead of replaying the messages past it."""
+    writer = make_ledger(snapshot_interval=30 if snapshots else 10_000)
+    for first in range(0, 100, 20):
+        writer.add_messages(ALICE, "long", [
+            {"role": "user", "content": f"message {n}"} for n in range(first, first + 20)
+        ])  # fmt: skip
+    sid = writer.session(ALICE, "long").session_id
+    row = next(r for r in _rows(writer) if r["originator_version"] == 70)
+    _execute(writer, "DELETE FROM chatledger_events WHERE id = :id", id=row["id"])
+    cold = make_ledger(snapshot_interval=30 if snapshots else 10_000)
+    assert cold.core.store.event_recorder.stream_columns(sid) is None
+    with pytest.raises(StoreUnavailable) as fast:
+        cold.context(ALICE, "long")
+    with pytest.raises(StoreUnavailable) as slow:
+        make_ledger().core.store.load(sid, trusted=False)
+    assert str(fast.value) == str(slow.value)
+    assert cold.context(ALICE, "long", at_version=69).dropped_messages == 0
