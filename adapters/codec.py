@@ -90,6 +90,7 @@ _ROLES = frozenset(ROLES)
 _ACTORS_KEPT = 1024  # distinct actors whose validated Principal message_added_of_row keeps
 _UNKEYED = frozenset({"originator_id", "originator_version", "idempotency_key"})
 _ZERO = timedelta(0)
+_EPOCH_UTC = from_micros(0)
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 _loads = json.JSONDecoder().decode
 _string = json.encoder.encode_basestring  # a str as JSON, as _dumps writes it (not ASCII-only)
@@ -452,7 +453,9 @@ class StoredMessages:
     ``trusted_messages`` builds it instead.
     """
 
-    __slots__ = ("_contents", "_names", "_roles", "_stamps", "ids", "tokens", "user_turns")
+    __slots__ = (
+        "_contents", "_names", "_roles", "_stamps", "_when", "ids", "tokens", "user_turns"
+    )  # fmt: skip
 
     def __init__(self, payloads: list[Any], stamps: Sequence[int]) -> None:
         if len(payloads) != len(stamps):
@@ -500,6 +503,7 @@ class StoredMessages:
         self._contents = contents
         self._names = names
         self._stamps = stamps
+        self._when: tuple[int, datetime] = (-1, _EPOCH_UTC)
         self.ids = ids
         self.tokens = texts_tokens(contents)
         self.user_turns = roles.count("user")
@@ -508,7 +512,11 @@ class StoredMessages:
         return len(self.ids)
 
     def message(self, index: int) -> Message:
-        when = from_micros(self._stamps[index])
+        us = self._stamps[index]
+        last = self._when  # messages written together share their time: one datetime
+        if last[0] != us:
+            last = self._when = (us, from_micros(us))
+        when = last[1]
         name = None if self._names is None else self._names[index]
         return _built(
             self.ids[index], self._roles[index], self._contents[index], when, name, None, None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
@@ -150,6 +151,7 @@ class SqlRecorder:
 StreamRow = tuple[int, str, bytes, int]
 """A stored event as the load path reads it: (version, topic, state, timestamp_us)."""
 
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 MESSAGE_TOPIC = "MessageAdded"
 """The topic of a format-2 ``MessageAdded`` row, which ``StreamColumns`` reads as None."""
 
@@ -379,8 +381,10 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
             connection.close()
         if len(rows) != high - low + 1:
             return None
-        topics, states, stamps = zip(*rows, strict=True)
-        return StreamColumns(range(low, high + 1), topics, states, stamps)
+        return StreamColumns(
+            range(low, high + 1), list(map(_FIRST, rows)), list(map(_SECOND, rows)),
+            list(map(_THIRD, rows)),
+        )  # fmt: skip
 
     def keyed_rows(self, originator_id: UUID, key: str, limit: int) -> list[KeyedRow]:
         """The write made with idempotency ``key`` in the session: its first event and up to
