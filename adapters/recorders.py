@@ -151,7 +151,8 @@ class SqlRecorder:
 StreamRow = tuple[int, str, bytes, int]
 """A stored event as the load path reads it: (version, topic, state, timestamp_us)."""
 
-_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_VERSIONS_PER_QUERY = 500
 MESSAGE_TOPIC = "MessageAdded"
 """The topic of a format-2 ``MessageAdded`` row, which ``StreamColumns`` reads as None."""
 
@@ -183,6 +184,16 @@ class StreamColumns(NamedTuple):
 
 
 EMPTY_STREAM = StreamColumns(range(0), (), (), ())
+
+
+def _positions_of_none(values: list[Any]) -> list[int]:
+    """Where ``values`` holds None (searched in C: a long stretch holds few)."""
+    found: list[int] = []
+    at = -1
+    for _ in range(values.count(None)):
+        at = values.index(None, at + 1)
+        found.append(at)
+    return found
 
 
 class KeyedRow(NamedTuple):
@@ -337,16 +348,22 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
     def stream_columns(
         self, originator_id: UUID, *, gt: int | None = None, lte: int | None = None
     ) -> StreamColumns | None:
-        """``stream`` (after ``gt``, up to ``lte``) as columns, for loads: each row's
-        topic (None for a ``MessageAdded``), state and timestamp -- not its version,
-        which follows from the stretch's first and last versions (read through the
-        index), so each row costs the driver three values, not four, and no string.
-        None if the stretch has a gap (``stream`` reads it row by row, and the replay
-        reports it)."""
+        """``stream`` (after ``gt``, up to ``lte``) as columns, for loads.
+
+        The driver converts each value under its own release of the GIL, so a column
+        costs about as much as the row itself: the stretch is read as two columns,
+        each row's state and -- for a ``MessageAdded``, nearly every row -- its
+        timestamp. A row's version follows from the stretch's first and last
+        versions (read through the index; versions are unique, so the rows are
+        exactly those when their count says so); the topic and timestamp of the few
+        other rows are read by version afterwards. None if the stretch has a gap
+        (``stream`` reads it row by row, and the replay reports it).
+        """
         mark = "?" if self.dialect == "sqlite" else "%s"
         table = self.table.name
+        sid = originator_id.hex if self.dialect == "sqlite" else originator_id
         where = f"originator_id = {mark}"
-        params: list[Any] = [originator_id.hex if self.dialect == "sqlite" else originator_id]
+        params: list[Any] = [sid]
         if gt is not None:
             where += f" AND originator_version > {mark}"
             params.append(gt)
@@ -367,24 +384,38 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
                     return EMPTY_STREAM
                 # Up to the last version seen: a row appended meanwhile is not read.
                 cursor.execute(
-                    f"SELECT NULLIF(topic, '{MESSAGE_TOPIC}'), state, timestamp_us "
+                    f"SELECT state, CASE WHEN topic = '{MESSAGE_TOPIC}' THEN timestamp_us END "
                     f"FROM {table} WHERE {where} AND originator_version <= {mark} "
                     "ORDER BY originator_version",
                     [*params, high],
                 )
                 rows = cursor.fetchall()
+                if len(rows) != high - low + 1:
+                    return None
+                states: list[bytes] = list(map(_FIRST, rows))
+                stamps: list[int] = list(map(_SECOND, rows))
+                del rows
+                topics: list[str | None] = [None] * len(stamps)
+                others = [low + at for at in _positions_of_none(stamps)]
+                for first in range(0, len(others), _VERSIONS_PER_QUERY):
+                    versions = others[first : first + _VERSIONS_PER_QUERY]
+                    cursor.execute(
+                        f"SELECT originator_version, topic, timestamp_us FROM {table} "
+                        f"WHERE originator_id = {mark} AND originator_version IN "
+                        f"({', '.join([mark] * len(versions))})",
+                        [sid, *versions],
+                    )
+                    for version, topic, stamp in cursor.fetchall():
+                        topics[version - low], stamps[version - low] = topic, stamp
             finally:
                 cursor.close()
         except self.dbapi.Error as error:
             raise self._translate(error) from error
         finally:
             connection.close()
-        if len(rows) != high - low + 1:
+        if None in stamps:  # a row gone between the two reads: read it row by row
             return None
-        return StreamColumns(
-            range(low, high + 1), list(map(_FIRST, rows)), list(map(_SECOND, rows)),
-            list(map(_THIRD, rows)),
-        )  # fmt: skip
+        return StreamColumns(range(low, high + 1), topics, states, stamps)
 
     def keyed_rows(self, originator_id: UUID, key: str, limit: int) -> list[KeyedRow]:
         """The write made with idempotency ``key`` in the session: its first event and up to

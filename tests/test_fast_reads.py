@@ -29,6 +29,7 @@ from test_audit import REPLAYED, _execute, _mutate_column, _rechained, _rows, _s
 from test_stored_form import T0, message_added
 
 from chatledger import SessionLedger
+from chatledger.adapters import recorders
 from chatledger.adapters.codec import (
     StoredMessages,
     decode,
@@ -448,18 +449,21 @@ def _columns(found: StreamColumns) -> tuple[list[Any], ...]:
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("per_query", [2, 500])
 def test_the_column_read_of_a_stream_gives_its_rows(
-    make_ledger: Callable[..., SessionLedger],
+    make_ledger: Callable[..., SessionLedger], monkeypatch: pytest.MonkeyPatch, per_query: int
 ) -> None:
     """stream_columns gives the versions, topics (None for a MessageAdded), states and
-    timestamps that stream gives, for every range of a session with a commit among its
-    messages (an empty range: no rows)."""
+    timestamps that stream gives, for every range of a session with commits among its
+    messages (their rows read by version, in one query or several; an empty range: no
+    rows)."""
+    monkeypatch.setattr(recorders, "_VERSIONS_PER_QUERY", per_query)
     ledger = make_ledger()
     for n in range(4):
         ledger.add_messages(
             ALICE, "s", [{"role": "user", "content": f"m{n}.{i}"} for i in range(5)]
         )
-        if n == 1:
+        if n != 2:
             ledger.commit(ALICE, "s")
     view = ledger.session(ALICE, "s")
     recorder = ledger.core.store.event_recorder
