@@ -301,6 +301,22 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         except Exception as error:
             raise self._translate_any(error) from error
 
+    def _stretch(
+        self, originator_id: UUID, gt: int | None, lte: int | None
+    ) -> tuple[str, str, list[Any]]:
+        """The driver's parameter mark, and the WHERE clause and parameters selecting one
+        session's rows after ``gt`` up to ``lte`` (the session id first)."""
+        mark = "?" if self.dialect == "sqlite" else "%s"
+        where = f"originator_id = {mark}"
+        params: list[Any] = [originator_id.hex if self.dialect == "sqlite" else originator_id]
+        if gt is not None:
+            where += f" AND originator_version > {mark}"
+            params.append(gt)
+        if lte is not None:
+            where += f" AND originator_version <= {mark}"
+            params.append(lte)
+        return mark, where, params
+
     def stream(
         self,
         originator_id: UUID,
@@ -313,18 +329,11 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         """One session's rows (after ``gt``, up to ``lte``, just ``versions``, of ``types``)
         in version order, as the driver returns them: the load path's read, with no object
         built per row beyond the driver's own tuple."""
-        mark = "?" if self.dialect == "sqlite" else "%s"
+        mark, where, params = self._stretch(originator_id, gt, lte)
         sql = (
             f"SELECT originator_version, topic, state, timestamp_us FROM {self.table.name} "
-            f"WHERE originator_id = {mark}"
+            f"WHERE {where}"
         )
-        params: list[Any] = [originator_id.hex if self.dialect == "sqlite" else originator_id]
-        if gt is not None:
-            sql += f" AND originator_version > {mark}"
-            params.append(gt)
-        if lte is not None:
-            sql += f" AND originator_version <= {mark}"
-            params.append(lte)
         if versions is not None:
             sql += f" AND originator_version IN ({', '.join([mark] * len(versions))})"
             params.extend(versions)
@@ -359,17 +368,8 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         other rows are read by version afterwards. None if the stretch has a gap
         (``stream`` reads it row by row, and the replay reports it).
         """
-        mark = "?" if self.dialect == "sqlite" else "%s"
-        table = self.table.name
-        sid = originator_id.hex if self.dialect == "sqlite" else originator_id
-        where = f"originator_id = {mark}"
-        params: list[Any] = [sid]
-        if gt is not None:
-            where += f" AND originator_version > {mark}"
-            params.append(gt)
-        if lte is not None:
-            where += f" AND originator_version <= {mark}"
-            params.append(lte)
+        mark, where, params = self._stretch(originator_id, gt, lte)
+        table, sid = self.table.name, params[0]
         connection = self.engine.raw_connection()
         try:
             cursor = connection.cursor()

@@ -126,32 +126,32 @@ ODD_VALUES = (
 )
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    message_added(),
-    st.lists(
-        st.tuples(
-            st.sampled_from(["a", "i", "r", "c", "n", "x", "t", "k", "at", "z"]),
-            st.none() | ODD_VALUES,
-        ),
-        min_size=1,
-        max_size=3,
-    ),
-    st.booleans(),
+EDIT = st.tuples(
+    st.sampled_from(["a", "i", "r", "c", "n", "x", "t", "k", "at", "z"]), st.none() | ODD_VALUES
 )
-def test_the_fast_decode_declines_every_row_the_validated_decode_refuses(
-    event: MessageAdded, edits: list[tuple[str, Any]], drop: bool
-) -> None:
-    """A row edited into any shape: where validation refuses it, the fast decode declines
-    (so verify(deep=True) and imports still report it); where it accepts, the two agree."""
-    state, stamp = _row(event)
+"""A key of a message payload and the value it is edited to (None: dropped, if asked)."""
+
+
+def _edited(state: bytes, edits: list[tuple[str, Any]], drop: bool) -> bytes:
+    """The payload with ``edits`` made (a None value drops its key when ``drop``)."""
     payload = json.loads(state)
     for key, value in edits:
         if drop and value is None:
             payload.pop(key, None)
         else:
             payload[key] = value
-    edited = json.dumps(payload).encode()
+    return json.dumps(payload, ensure_ascii=False).encode()
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(message_added(), st.lists(EDIT, min_size=1, max_size=3), st.booleans())
+def test_the_fast_decode_declines_every_row_the_validated_decode_refuses(
+    event: MessageAdded, edits: list[tuple[str, Any]], drop: bool
+) -> None:
+    """A row edited into any shape: where validation refuses it, the fast decode declines
+    (so verify(deep=True) and imports still report it); where it accepts, the two agree."""
+    state, stamp = _row(event)
+    edited = _edited(state, edits, drop)
     fast = message_added_of_row(edited, event.originator_id, event.originator_version, stamp)
     try:
         slow = _validated(event, edited)
@@ -266,17 +266,7 @@ def _outcome(build: Callable[[], Any]) -> Any:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(
-        st.tuples(
-            message_added(),
-            st.lists(
-                st.tuples(
-                    st.sampled_from(["a", "i", "r", "c", "n", "x", "t", "k", "at", "z"]),
-                    st.none() | ODD_VALUES,
-                ),
-                max_size=2,
-            ),
-            st.booleans(),
-        ),
+        st.tuples(message_added(), st.lists(EDIT, max_size=2), st.booleans()),
         min_size=1,
         max_size=4,
     ),
@@ -291,13 +281,7 @@ def test_the_one_pass_parse_of_a_run_equals_the_general_parse(
     states, stamps = [], []
     for event, edits, drop in rows:
         state, stamp = _row(event)
-        payload = json.loads(state)
-        for key, value in edits:
-            if drop and value is None:
-                payload.pop(key, None)
-            else:
-                payload[key] = value
-        states.append(json.dumps(payload, ensure_ascii=False).encode())
+        states.append(_edited(state, edits, drop))
         stamps.append(stamp)
     for extra in raw:
         states.append(extra)
