@@ -38,7 +38,8 @@ _FACTS_AT = 7  # where a row's stored facts start among its values
 # Facts written as SQL literals rather than bound. Stored facts are str, int or None
 # (StoredFacts), so 0 here is only ever the integer 0 (False and 0.0 would share its key).
 _EMPTY: dict[object, str] = {None: "NULL", "": "''", 0: "0"}
-_Head = tuple[int, bytes, str]  # a session's last version, its hash and the session id in hex
+# A session's last version, its hash, and the session id in hex and as bytes.
+_Head = tuple[int, bytes, str, bytes]
 
 
 class SqliteWriter:
@@ -181,7 +182,7 @@ class SqliteAppender:
             version = row.originator_version
             head = heads.get(stream) or known.get(stream)
             if head is None or head[0] != version - 1:
-                head = (version - 1, self._hash_of(cursor, oid, version - 1), oid.hex)
+                head = (version - 1, self._hash_of(cursor, oid, version - 1), oid.hex, oid.bytes)
             facts: StoredFacts | None = getattr(row, "facts", None)
             if facts is None:
                 raise DatabaseError(f"event {version} of {oid} has no stored facts to record")
@@ -189,7 +190,7 @@ class SqliteAppender:
             timestamp_us = getattr(row, "timestamp_us", 0)
             topic, state = row.topic, row.state
             digest = link_hash(
-                head[1], position, oid.bytes, version, timestamp_us, topic.encode(), state,
+                head[1], position, head[3], version, timestamp_us, topic.encode(), state,
                 self.chain_key,
             )  # fmt: skip
             cursor.execute(
@@ -197,7 +198,7 @@ class SqliteAppender:
                     (position, head[2], version, topic, state, timestamp_us, digest, *facts)
                 )
             )
-            heads[stream] = (version, digest, head[2])
+            heads[stream] = (version, digest, head[2], head[3])
             positions.append(position)
         return positions, heads
 

@@ -66,10 +66,10 @@ from chatledger.adapters.fact_reads import (
 )
 from chatledger.adapters.mapper import TimedStoredEvent
 from chatledger.adapters.schema import (
-    CARRIES_ARCHIVES,
     LOG_START,
     LOG_TX_OFFSET_SQL,
     LogCursor,
+    carries_archives,
     events_table,
     orders_by_transaction,
 )
@@ -285,7 +285,7 @@ class EventLog:
                 t.c.tenant, t.c.session_key, t.c.timestamp_us,
             )
             # Spelled as the partial index's condition, so the index serves it.
-            .where(*within, text(CARRIES_ARCHIVES))
+            .where(*within, text(carries_archives(self.engine.dialect.name)))
             .order_by(*order)
         )  # fmt: skip
         with store_errors("read the event log"), self.engine.connect() as connection:

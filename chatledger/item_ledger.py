@@ -72,20 +72,22 @@ class ItemOperations(LedgerBase):
         expected_version: int | None,
         idempotency_key: str | None,
     ) -> list[AddedMessage]:
+        # (Each check is skipped for what was not passed: the usual append passes none.)
         if expected_version is not None:
             check_int(expected_version, "expected_version")
-        shared = {
-            scope: item_ops.state_changes(self.limits, changes, f"shared_state[{scope!r}]")
+        limits = self.limits
+        shared = {} if shared_state is None else {
+            scope: item_ops.state_changes(limits, changes, f"shared_state[{scope!r}]")
             for scope, changes in item_ops.state_changes(
-                self.limits, shared_state, "shared_state"
+                limits, shared_state, "shared_state"
             ).items()
-        }
+        }  # fmt: skip
         return item_ops.record_with_state(
             self.core.sessions, principal, found, messages, now,
-            context=build_context(self.limits, context),
-            state=item_ops.state_changes(self.limits, state, "state"),
+            context=None if context is None else build_context(limits, context),
+            state={} if state is None else item_ops.state_changes(limits, state, "state"),
             shared=shared, expected_version=expected_version,
-            idempotency_key=checked_key(idempotency_key),
+            idempotency_key=None if idempotency_key is None else checked_key(idempotency_key),
         )  # fmt: skip
 
     @public

@@ -44,6 +44,26 @@ def describe_item(item: Mapping[str, Any]) -> tuple[Role, str, str | None]:
     return "assistant", "", None
 
 
+_Description = tuple[Role, str, str | None]
+_last_described: list[tuple[object, _Description]] = [(None, ("assistant", "", None))]
+
+
+def described(item: Mapping[str, Any]) -> _Description:
+    """``describe_item(item)``, remembered for the item object described last.
+
+    An append describes each new item twice -- to build its message, and to
+    store it without the text it gives back -- on the one dict the message
+    keeps (its own copy, which nothing changes in place). Keyed by identity:
+    call this only with an item no one changes while it is in use.
+    """
+    last_item, description = _last_described[0]
+    if last_item is item:
+        return description
+    description = describe_item(item)
+    _last_described[0] = (item, description)
+    return description
+
+
 def _genai(content: Mapping[str, Any], author: Any) -> tuple[Role, str, str | None]:
     """A Google GenAI ``Content`` (``role`` "user" or "model", a list of ``parts``): text
     parts as they are, function calls as ``name(args)``, function responses as their JSON."""
@@ -78,7 +98,7 @@ def _content_text(content: Any) -> str:
     for part in _list(content):
         if isinstance(part, str):
             texts.append(part)
-        elif isinstance(part, Mapping):
+        elif type(part) is dict or isinstance(part, Mapping):  # exact type first: no ABC check
             texts.extend(v for k in _TEXT_KEYS if isinstance(v := part.get(k), str))
     return "\n".join(texts)
 

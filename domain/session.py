@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, ClassVar, Final, Literal, NamedTuple, Self
 from uuid import UUID
 
@@ -82,7 +83,8 @@ class SessionCounters(NamedTuple):
     status: SessionStatus  # LIVE, EVICTED (idle, LRU, admin) or CLOSED (by its client)
 
 
-_counters = SessionCounters._make
+# A SessionCounters of a tuple as it stands: tuple.__new__ itself (C), not _make's Python.
+_counters = partial(tuple.__new__, SessionCounters)
 ArchiveRef = tuple[int, int]
 """Where a live archive was recorded: (version of the event, index among its archives)."""
 

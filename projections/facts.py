@@ -30,6 +30,7 @@ form. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import NamedTuple
 
 from chatledger.domain.events import (
@@ -98,7 +99,8 @@ class StoredFacts(NamedTuple):
 
 
 FACT_COLUMNS: tuple[str, ...] = StoredFacts._fields
-_make = StoredFacts._make
+# A StoredFacts of a tuple as it stands: tuple.__new__ itself (C), not _make's Python.
+_make = partial(tuple.__new__, StoredFacts)
 _NAMED_BY_TYPE = frozenset(ARCHIVE_EVENT_TYPES)  # keep their event type (a partial index)
 _SAME_ACTOR = ("", "", "", "", "")  # the five actor columns of a slim row: the starter's
 

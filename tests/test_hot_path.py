@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chatledger import AddedMessage, Principal, SessionLedger
-from chatledger.adapters.codec import decode, encode
+from chatledger.adapters.codec import decode, encode, json_text
 from chatledger.domain.events import MessageAdded
 from chatledger.domain.failures import InvalidInput
-from chatledger.domain.items import describe_item
-from chatledger.domain.limits import Limits, check_json
+from chatledger.domain.items import describe_item, described
+from chatledger.domain.limits import MAX_JSON_DEPTH, Limits, check_json
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import Message, assemble
@@ -194,3 +194,75 @@ def test_a_message_time_in_another_zone_is_kept_even_at_the_same_instant() -> No
     assert json.loads(state)["at"] == elsewhere.isoformat()
     back = read_back(event, topic, state)
     assert back.message.created_at.utcoffset() == timedelta(hours=-5)
+
+
+def item_event(item: dict[str, object], *, name: str | None = None) -> MessageAdded:
+    """A ``MessageAdded`` of ``item`` as ``build_items`` makes it (or with another name)."""
+    (built,) = build_items(Limits(), T0, [item])
+    if name is not None:
+        built = built.model_copy(update={"name": name})
+    return message_added(built, T0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(ITEMS) | st.dictionaries(texts, json_values, max_size=4),
+    st.sampled_from([None, "renamed"]),
+)
+def test_an_item_payload_is_the_canonical_json(item: dict[str, object], name: str | None) -> None:
+    """An item's payload, written as text, is byte for byte the canonical JSON; the item's
+    own text is left out exactly when it gives the message's role, text and name back."""
+    event = item_event(item, name=name)
+    topic, state = encode(event)
+    assert state == canonical(state)
+    stored = json.loads(state)
+    m = event.message
+    derived = describe_item(item) == (m.role, m.content, m.name)
+    assert stored["x"] == item and ("r" not in stored) == derived
+    assert read_back(event, topic, state) == event
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_the_payload_writer_writes_what_json_dumps_writes(value: object) -> None:
+    """The codec's one-off C encoder writes exactly ``json.dumps``'s compact text."""
+    assert json_text(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def test_the_payload_writer_refuses_what_json_cannot_hold() -> None:
+    """Non-finite numbers and nesting too deep are ValueError, other types TypeError."""
+    with pytest.raises(ValueError, match="Out of range float"):
+        json_text({"a": [float("nan")]})
+    with pytest.raises(TypeError, match="Object of type object"):
+        json_text({"a": object()})
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        json_text(deep)
+
+
+def test_an_item_is_described_again_when_it_is_another_object() -> None:
+    """``described`` remembers the last item by identity: an equal copy, or another
+    item, is described afresh."""
+    first = {"type": "message", "role": "user", "content": "one"}
+    assert described(first) == describe_item(first)
+    assert described(first) is described(first)
+    second = {"type": "message", "role": "user", "content": "two"}
+    assert described(second) == ("user", "two", None)
+    copy = dict(first)
+    assert described(copy) == ("user", "one", None) and described(copy) is not None
+
+
+def test_a_string_below_the_depth_limit_is_still_refused() -> None:
+    """A string nested one level past ``MAX_JSON_DEPTH`` is refused like any deeper node
+    (the quick pass bounds strings without a call only above that level)."""
+    value: object = "leaf"
+    for _ in range(MAX_JSON_DEPTH + 1):
+        value = [value]
+    with pytest.raises(InvalidInput, match="nested more than"):
+        check_json(value, "value", max_bytes=10_000)
+    shallower: object = "leaf"
+    for _ in range(MAX_JSON_DEPTH):
+        shallower = [shallower]
+    check_json(shallower, "value", max_bytes=10_000)

@@ -20,7 +20,7 @@ from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target, scope_target
 from chatledger.domain.events import ItemsRemoved, MessageAdded, TailReplaced, new_id
 from chatledger.domain.failures import InvalidInput
-from chatledger.domain.items import describe_item
+from chatledger.domain.items import described
 from chatledger.domain.limits import MAX_NAME_CHARS, Limits, check_json, check_message
 from chatledger.domain.session import Session
 from chatledger.domain.values import (
@@ -39,32 +39,35 @@ from chatledger.service.writes import added
 
 def build_items(limits: Limits, now: datetime, items: Sequence[Mapping[str, Any]]) -> list[Message]:
     """Checked buffer entries for framework items (each kept verbatim in ``Message.item``)."""
-    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence):
+    # (Exact types first: an ABC isinstance check costs several times a type test.)
+    if type(items) is not list and (
+        isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence)
+    ):
         raise InvalidInput("items must be a list of JSON objects (dicts).")
     if not items:
         raise InvalidInput("Pass at least one item.")
     built = []
     for index, item in enumerate(items):
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             raise InvalidInput(f"items[{index}] must be a JSON object (a dict).")
         check_json(item, f"items[{index}]", max_bytes=limits.max_event_bytes)
-        role, text, name = describe_item(item)
+        own = dict(item)  # the message's copy: the caller's dict may change later
+        role, text, name = described(own)
         if name is not None and (len(name) > MAX_NAME_CHARS or has_control_characters(name)):
             name = None  # a name to show only: the item keeps the original
         if (
-            type(item) is dict
-            and type(role) is str
+            type(role) is str
             and role in ROLES
             and type(text) is str
             and (name is None or type(name) is str)
         ):  # every field checked (the item by check_json): no second validation
             message = assemble(Message, {
                 "id": new_id(), "role": role, "content": text, "created_at": now,
-                "name": name, "tool_call": None, "item": dict(item),
+                "name": name, "tool_call": None, "item": own,
             })  # fmt: skip
         else:
             message = Message(
-                id=new_id(), role=role, content=text, created_at=now, name=name, item=dict(item)
+                id=new_id(), role=role, content=text, created_at=now, name=name, item=own
             )
         built.append(check_message(message, limits))
     return built
