@@ -23,10 +23,14 @@ of this form and encrypted under ``"sealed"`` (``chatledger.adapters.sealing``;
 a sealed ``MessageAdded`` always writes its role out); reading opens it with the
 key it names, or gives its erased form once that key is destroyed.
 
-``trusted_messages`` is the read path of long runs of messages: it builds
-``Message`` values from rows of this format without validating them again
-(they were validated before they were written, and their chain vouches for
-the bytes); ``decode`` validates, and the tests hold the two equal.
+``trusted_messages`` and ``stored_run`` are the read path of long runs of
+messages: they build ``Message`` values from rows of this format without
+validating them again (they were validated before they were written, and
+their chain vouches for the bytes); ``decode`` validates, and the tests hold
+them equal. ``stored_run`` parses a run of plain text messages with msgspec
+into slotted records checked against the one shape ``_plain_message`` writes
+(a third of the work of parsing every payload into a dict), and anything
+else the general way.
 """
 
 from __future__ import annotations
@@ -38,10 +42,11 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from itertools import repeat
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-from operator import contains, itemgetter, methodcaller
+from operator import attrgetter, contains, itemgetter, methodcaller
 from typing import Any
 from uuid import UUID
 
+import msgspec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import ValidationError
 from pydantic_core import from_json
@@ -66,6 +71,7 @@ from chatledger.domain.values import (
     ROLES,
     Message,
     Principal,
+    Role,
     ToolCall,
     assemble,
     texts_tokens,
@@ -85,6 +91,7 @@ _ROLES = frozenset(ROLES)
 _ACTORS_KEPT = 1024  # distinct actors whose validated Principal message_added_of_row keeps
 _UNKEYED = frozenset({"originator_id", "originator_version", "idempotency_key"})
 _ZERO = timedelta(0)
+_EPOCH_UTC = from_micros(0)
 
 
 def _unserialisable(value: object) -> Any:
@@ -338,7 +345,7 @@ def decode_payloads(
     ``opener(payload, sealed)``. Raises ``ValueError`` if a payload is not JSON, or is
     sealed and there is no ``opener``."""
     # Keys cached, not values: ids and texts are unique, and looking them up costs more.
-    decoded: list[Any] = from_json(b"[" + b",".join(states) + b"]", cache_strings="keys")
+    decoded: list[Any] = from_json(_json_array(states), cache_strings="keys")
     if len(decoded) != len(states):
         raise ValueError("a payload holds more than one JSON value")
     try:  # in C: a plain run is not walked again
@@ -373,12 +380,63 @@ def stored_run(
 ) -> MessageRun:
     """``trusted_messages`` as a run for ``Session.replay_run``: plain text messages are
     built only when read (``StoredMessages``), any other run at once. Raises what
-    ``trusted_messages`` raises."""
+    ``trusted_messages`` raises.
+
+    A run of plain text payloads -- a long live buffer -- is parsed and type-checked in
+    one pass of msgspec's C code into slotted records (``_PlainText``), with no dict per
+    row; any other run (sealed, items, tool calls, a time of its own, anything odd) fails
+    that schema and is parsed the general way, which gives the same messages.
+    """
+    if len(states) != len(stamps):
+        raise ValueError(f"{len(states)} payloads but {len(stamps)} timestamps")
+    try:
+        plain = _plain_texts(_json_array(states))
+    except msgspec.DecodeError:  # not that shape (or not JSON): the general way says which
+        pass
+    else:
+        if len(plain) == len(states):  # else a payload held more than one JSON value
+            return StoredMessages.of_plain(plain, stamps)
+    return parsed_run(states, stamps, opener)
+
+
+def parsed_run(
+    states: Sequence[bytes],
+    stamps: Sequence[int],
+    opener: Callable[[dict[str, Any], Any], object] | None = None,
+) -> MessageRun:
+    """``stored_run`` the general way: every payload parsed into a dict (sealed ones
+    opened), plain text runs still kept unbuilt. The tests hold the two equal."""
     payloads = decode_payloads(states, opener)
     try:
         return StoredMessages(payloads, stamps)
     except ValueError:
         return BuiltMessages(_messages(payloads, stamps))
+
+
+def _json_array(states: Sequence[bytes]) -> bytes:
+    """The payloads as one JSON array, copied once (a long run's are megabytes)."""
+    if not states:
+        return b"[]"
+    parts = list(states)
+    parts[0] = b"[" + parts[0]
+    parts[-1] = parts[-1] + b"]"
+    return b",".join(parts)
+
+
+class _PlainText(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The payload of a plain text message, as ``_plain_message`` writes it: the shape
+    ``StoredMessages`` takes (the actor is not read back: a run keeps messages only)."""
+
+    a: msgspec.Raw
+    i: str
+    r: Role
+    c: str
+    n: str | None = None
+    k: str | None = None
+
+
+_plain_texts = msgspec.json.Decoder(list[_PlainText]).decode
+_ID, _ROLE, _CONTENT, _NAME = attrgetter("i"), attrgetter("r"), attrgetter("c"), attrgetter("n")
 
 
 def _messages(decoded: Sequence[Any], stamps: Sequence[int]) -> list[Message]:
@@ -423,8 +481,8 @@ def _built(
 
 class StoredMessages:
     """A run of consecutive format-2 ``MessageAdded`` payloads of plain text messages (as
-    ``decode_payloads`` gives them), whose messages are built only when read: a
-    ``chatledger.domain.message_runs.MessageRun``.
+    ``decode_payloads`` gives them, or parsed by msgspec: ``of_plain``), whose messages
+    are built only when read: a ``chatledger.domain.message_runs.MessageRun``.
 
     It keeps each message's fields in columns (lists of strings, which the
     cyclic garbage collector need not walk; the parsed payloads are dropped)
@@ -436,7 +494,9 @@ class StoredMessages:
     ``trusted_messages`` builds it instead.
     """
 
-    __slots__ = ("_contents", "_names", "_roles", "_stamps", "ids", "tokens", "user_turns")
+    __slots__ = (
+        "_contents", "_names", "_roles", "_stamps", "_when", "ids", "tokens", "user_turns"
+    )  # fmt: skip
 
     def __init__(self, payloads: list[Any], stamps: Sequence[int]) -> None:
         if len(payloads) != len(stamps):
@@ -459,10 +519,32 @@ class StoredMessages:
                 raise ValueError("a message field of the wrong type")
         except (KeyError, TypeError) as error:  # a key missing, not an object, a list role
             raise ValueError(f"not a run of plain text messages ({error!r})") from None
+        self._hold(ids, roles, contents, names, stamps)
+
+    @classmethod
+    def of_plain(cls, payloads: list[_PlainText], stamps: Sequence[int]) -> StoredMessages:
+        """The run of payloads msgspec parsed and checked already (``stored_run``)."""
+        run = cls.__new__(cls)
+        names: list[str | None] = list(map(_NAME, payloads))
+        run._hold(
+            list(map(_ID, payloads)), list(map(_ROLE, payloads)), list(map(_CONTENT, payloads)),
+            None if names.count(None) == len(names) else names, stamps,
+        )  # fmt: skip
+        return run
+
+    def _hold(
+        self,
+        ids: list[str],
+        roles: list[str],
+        contents: list[str],
+        names: list[str | None] | None,
+        stamps: Sequence[int],
+    ) -> None:
         self._roles = roles
         self._contents = contents
         self._names = names
         self._stamps = stamps
+        self._when: tuple[int, datetime] = (-1, _EPOCH_UTC)
         self.ids = ids
         self.tokens = texts_tokens(contents)
         self.user_turns = roles.count("user")
@@ -471,7 +553,11 @@ class StoredMessages:
         return len(self.ids)
 
     def message(self, index: int) -> Message:
-        when = from_micros(self._stamps[index])
+        us = self._stamps[index]
+        last = self._when  # messages written together share their time: one datetime
+        if last[0] != us:
+            last = self._when = (us, from_micros(us))
+        when = last[1]
         name = None if self._names is None else self._names[index]
         return _built(
             self.ids[index], self._roles[index], self._contents[index], when, name, None, None

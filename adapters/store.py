@@ -21,7 +21,6 @@ import functools
 import logging
 from collections.abc import Sequence
 from itertools import groupby
-from operator import itemgetter
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -46,9 +45,11 @@ from chatledger.adapters.codec import stored_run, without_cyclic_gc
 from chatledger.adapters.keyring import KeyRing
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper, TimedStoredEvent
 from chatledger.adapters.recorders import (
+    MESSAGE_TOPIC,
     SqlEventRecorder,
     SqlRecorder,
     SqlSnapshotRecorder,
+    StreamColumns,
     StreamRow,
 )
 from chatledger.adapters.schema import events_table, snapshots_table
@@ -62,7 +63,6 @@ from chatledger.domain.timestamps import from_micros
 from chatledger.projections.facts import stored_facts
 
 logger = logging.getLogger("chatledger.store")
-_TOPIC, _STATE, _STAMP = itemgetter(1), itemgetter(2), itemgetter(3)  # of a StreamRow
 _R = TypeVar("_R", bound=SqlRecorder)
 
 
@@ -282,27 +282,38 @@ class EventStoreApplication(Application[UUID]):
                     session_id, snapshot.originator_version, error,
                 )  # fmt: skip
                 session = None
-        rows = self.event_recorder.stream(session_id, gt=start or None, lte=version)
+        rows = self._columns(session_id, gt=start or None, lte=version)
         if session is not None:
-            if not rows or rows[0][0] != session.version:
+            if not rows.versions or rows.versions[0] != session.version:
                 logger.warning(
                     "Snapshot of session %s at version %d is past its last event; replaying "
                     "its events instead. verify() reports it.",
                     session_id, session.version,
                 )  # fmt: skip
                 session = None
-                rows = self.event_recorder.stream(session_id, lte=version)
+                rows = self._columns(session_id, lte=version)
             else:
-                rows = rows[1:]
-        loaded = self.replay_rows(session_id, session, rows, trusted=trusted)
+                rows = rows.after_first()
+        loaded = self.replay_columns(session_id, session, rows, trusted=trusted)
         if loaded is None:
             raise AggregateNotFoundError(f"No session with id {session_id}")
         return loaded
 
+    def _columns(
+        self, session_id: UUID, *, gt: int | None = None, lte: int | None = None
+    ) -> StreamColumns:
+        """A session's rows after ``gt`` up to ``lte``, as columns (read row by row, with
+        their versions, where the stretch has a gap: the replay reports it)."""
+        found = self.event_recorder.stream_columns(session_id, gt=gt, lte=lte)
+        if found is None:
+            return StreamColumns.of_rows(self.event_recorder.stream(session_id, gt=gt, lte=lte))
+        return found
+
     def fast_forward(self, session: Session) -> None:
         """Apply the events recorded after ``session``'s version (by other writers)."""
         rows = self.event_recorder.stream(session.id, gt=session.version)
-        self.replay_rows(session.id, session, rows)
+        if rows:
+            self.replay_columns(session.id, session, StreamColumns.of_rows(rows))
 
     def _rebuild(self, session_id: UUID, snapshot: Any) -> Session:
         """The session of a decoded snapshot, its archives read from the events recording them."""
@@ -343,11 +354,11 @@ class EventStoreApplication(Application[UUID]):
             )
         )
 
-    def replay_rows(
+    def replay_columns(
         self,
         session_id: UUID,
         session: Session | None,
-        rows: Sequence[StreamRow],
+        rows: StreamColumns,
         *,
         trusted: bool = True,
     ) -> Session | None:
@@ -358,46 +369,50 @@ class EventStoreApplication(Application[UUID]):
         JSON) goes through the validated path, which reports it.
         """
         try:
-            return self._replay_rows(session_id, session, rows, trusted)
+            return self._replay_columns(session_id, session, rows, trusted)
         except EventSourcingError as error:  # a row this version cannot decode or apply
             raise StoreUnavailable(
                 f"Session {session_id} cannot be loaded: {error}. Its stored events were "
                 "altered or written by a newer chatledger; verify() says which."
             ) from error
 
-    def _replay_rows(
-        self, session_id: UUID, session: Session | None, rows: Sequence[StreamRow], trusted: bool
+    def _replay_columns(
+        self, session_id: UUID, session: Session | None, rows: StreamColumns, trusted: bool
     ) -> Session | None:
+        versions, topics, states, stamps = rows
         end = 0
         # Runs of rows of one topic, found in C code (a live buffer is one long run).
-        for topic, run in groupby(map(_TOPIC, rows)):
+        for topic, run in groupby(topics):
             start, end = end, end + len(list(run))
             if (
                 trusted
-                and topic == "MessageAdded"
+                and topic is None
                 and end - start > 1
-                and self._replay_messages(session_id, session, rows[start:end])
+                and self._replay_messages(session_id, session, rows, start, end)
             ):
                 continue
-            for row in rows[start:end]:
+            for at in range(start, end):
+                row = (versions[at], topics[at] or MESSAGE_TOPIC, states[at], stamps[at])
                 session = self._decode(session_id, row).mutate(session)
         return session
 
     def _replay_messages(
-        self, session_id: UUID, session: Session | None, run: Sequence[StreamRow]
+        self, session_id: UUID, session: Session | None, rows: StreamColumns, start: int, end: int
     ) -> bool:
-        """Apply a run of stored messages at once, if it continues ``session`` without gaps."""
-        first, last = run[0], run[-1]
-        if session is None or first[0] != session.version + 1 or last[0] != first[0] + len(run) - 1:
+        """Apply rows ``start`` to ``end`` (messages) at once, if they continue ``session``
+        without gaps."""
+        first, last = rows.versions[start], rows.versions[end - 1]
+        if session is None or first != session.version + 1 or last != first + end - start - 1:
             return False
-        aad = row_aad(session_id, "MessageAdded")
+        aad = row_aad(session_id, MESSAGE_TOPIC)
         opener = functools.partial(_open_message, ciphers=self.keyring.cipher, aad=aad)
+        stamps = rows.stamps[start:end]
         with without_cyclic_gc():
             try:
-                messages = stored_run(list(map(_STATE, run)), list(map(_STAMP, run)), opener)
+                messages = stored_run(rows.states[start:end], stamps, opener)
             except (ValueError, KeyError, TypeError, AttributeError):  # let the mapper say why
                 return False
-            session.replay_run(messages, last[0], from_micros(last[3]))
+            session.replay_run(messages, last, from_micros(stamps[-1]))
         return True
 
     def snapshot_rows(self, session_id: UUID) -> Sequence[StoredEvent]:

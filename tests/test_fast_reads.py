@@ -5,8 +5,9 @@
   declines every row the validated decode refuses, so a deep check or an import still
   refuses what it refused.
 - ``stored_run`` (loads) gives a run whose messages, ids, tokens and user turns are the
-  validated ones, plain, sealed and erased alike; ``texts_tokens`` is ``estimate_tokens``
-  summed.
+  validated ones, plain, sealed and erased alike; its one-pass parse of plain text runs
+  gives what the general parse gives, for payloads edited into any shape;
+  ``texts_tokens`` is ``estimate_tokens`` summed.
 - ``Session.replay_run`` keeps a run unbuilt and leaves the state of replaying it one by
   one; a cold ``context()`` equals a warm one, erased content reading ``[erased]``.
 - ``verify(deep=True)`` applies runs of messages at once and still reports the row whose
@@ -28,19 +29,23 @@ from test_audit import REPLAYED, _execute, _mutate_column, _rechained, _rows, _s
 from test_stored_form import T0, message_added
 
 from chatledger import SessionLedger
+from chatledger.adapters import recorders
 from chatledger.adapters.codec import (
     StoredMessages,
     decode,
     decode_payloads,
     encode,
     message_added_of_row,
+    parsed_run,
     stored_run,
 )
+from chatledger.adapters.recorders import StreamColumns
 from chatledger.adapters.sealing import open_compact_message, row_aad
 from chatledger.domain.events import MessageAdded
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import ERASED, Message, estimate_tokens, texts_tokens
+from chatledger.errors import StoreUnavailable
 from support import ADMIN, ALICE
 
 KEY_ID = "key-1"
@@ -121,32 +126,32 @@ ODD_VALUES = (
 )
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    message_added(),
-    st.lists(
-        st.tuples(
-            st.sampled_from(["a", "i", "r", "c", "n", "x", "t", "k", "at", "z"]),
-            st.none() | ODD_VALUES,
-        ),
-        min_size=1,
-        max_size=3,
-    ),
-    st.booleans(),
+EDIT = st.tuples(
+    st.sampled_from(["a", "i", "r", "c", "n", "x", "t", "k", "at", "z"]), st.none() | ODD_VALUES
 )
-def test_the_fast_decode_declines_every_row_the_validated_decode_refuses(
-    event: MessageAdded, edits: list[tuple[str, Any]], drop: bool
-) -> None:
-    """A row edited into any shape: where validation refuses it, the fast decode declines
-    (so verify(deep=True) and imports still report it); where it accepts, the two agree."""
-    state, stamp = _row(event)
+"""A key of a message payload and the value it is edited to (None: dropped, if asked)."""
+
+
+def _edited(state: bytes, edits: list[tuple[str, Any]], drop: bool) -> bytes:
+    """The payload with ``edits`` made (a None value drops its key when ``drop``)."""
     payload = json.loads(state)
     for key, value in edits:
         if drop and value is None:
             payload.pop(key, None)
         else:
             payload[key] = value
-    edited = json.dumps(payload).encode()
+    return json.dumps(payload, ensure_ascii=False).encode()
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(message_added(), st.lists(EDIT, min_size=1, max_size=3), st.booleans())
+def test_the_fast_decode_declines_every_row_the_validated_decode_refuses(
+    event: MessageAdded, edits: list[tuple[str, Any]], drop: bool
+) -> None:
+    """A row edited into any shape: where validation refuses it, the fast decode declines
+    (so verify(deep=True) and imports still report it); where it accepts, the two agree."""
+    state, stamp = _row(event)
+    edited = _edited(state, edits, drop)
     fast = message_added_of_row(edited, event.originator_id, event.originator_version, stamp)
     try:
         slow = _validated(event, edited)
@@ -226,6 +231,64 @@ def test_plain_text_runs_are_kept_unbuilt_and_others_are_built() -> None:
     for odd in odd_rows:
         with pytest.raises(ValueError):
             StoredMessages(decode_payloads([odd]), stamps[:1])
+
+
+RAW_PAYLOADS = st.sampled_from([
+    b'{"a":["acme"],"i":"m1","i":"m2","r":"user","c":"twice the id"}',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"\\ud83d\\ude00 \\u00e9 \\" \\\\ \\n"}',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"\\ud800 a lone surrogate"}',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"a raw \x01 control"}',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"\xff not UTF-8"}',
+    b' {"a" : ["acme"] , "i":"m1","r":"user","c":"spaced"} ',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"x"},{"a":["acme"],"i":"m2","r":"user","c":"y"}',
+    b'{"a":["acme"],"i":"m1","r":"user","c":"x"',
+    b'{"a":[,],"i":"m1","r":"user","c":"x"}',
+    b'{"a":"not a list","i":"m1","r":"user","c":"x","n":null,"k":null}',
+    b'{"i":"m1","r":"user","c":"no actor"}',
+    b'[]',
+    b'',
+])  # fmt: skip
+
+
+def _outcome(build: Callable[[], Any]) -> Any:
+    """What a run offers (its kind, messages, ids, tokens, user turns), or the error."""
+    try:
+        run = build()
+        messages = run.messages()
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        return type(error)
+    return (
+        type(run).__name__, [repr(m) for m in messages], [repr(run.message(i)) for i in
+        range(len(run))], list(run.ids), run.tokens, run.user_turns,
+    )  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(message_added(), st.lists(EDIT, max_size=2), st.booleans()),
+        min_size=1,
+        max_size=4,
+    ),
+    st.lists(RAW_PAYLOADS, max_size=1),
+)
+def test_the_one_pass_parse_of_a_run_equals_the_general_parse(
+    rows: list[tuple[MessageAdded, list[tuple[str, Any]], bool]], raw: list[bytes]
+) -> None:
+    """stored_run's one-pass parse of plain text payloads gives what the general parse
+    gives -- the same messages, ids, tokens and user turns, or the same refusal -- for
+    payloads edited into any shape (a key dropped or odd, an unknown key, odd JSON)."""
+    states, stamps = [], []
+    for event, edits, drop in rows:
+        state, stamp = _row(event)
+        states.append(_edited(state, edits, drop))
+        stamps.append(stamp)
+    for extra in raw:
+        states.append(extra)
+        stamps.append(stamps[0])
+    assert _outcome(lambda: stored_run(states, stamps)) == _outcome(
+        lambda: parsed_run(states, stamps)
+    )
 
 
 def _session_with(prefix: int) -> Session:
@@ -361,3 +424,63 @@ def test_a_row_inside_a_run_that_cannot_be_applied_is_reported_after_earlier_fac
     _mutate_column(runs, earlier, "pending_tokens", at=1)
     (issue,) = runs.verify(ADMIN, deep=True).issues
     assert (issue.reason, issue.position) == ("stored facts differ from the event", earlier["id"])
+
+
+def _columns(found: StreamColumns) -> tuple[list[Any], ...]:
+    return (
+        list(found.versions), list(found.topics), [bytes(s) for s in found.states],
+        list(found.stamps),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("per_query", [2, 500])
+def test_the_column_read_of_a_stream_gives_its_rows(
+    make_ledger: Callable[..., SessionLedger], monkeypatch: pytest.MonkeyPatch, per_query: int
+) -> None:
+    """stream_columns gives the versions, topics (None for a MessageAdded), states and
+    timestamps that stream gives, for every range of a session with commits among its
+    messages (their rows read by version, in one query or several; an empty range: no
+    rows)."""
+    monkeypatch.setattr(recorders, "_VERSIONS_PER_QUERY", per_query)
+    ledger = make_ledger()
+    for n in range(4):
+        ledger.add_messages(
+            ALICE, "s", [{"role": "user", "content": f"m{n}.{i}"} for i in range(5)]
+        )
+        if n != 2:
+            ledger.commit(ALICE, "s")
+    view = ledger.session(ALICE, "s")
+    recorder = ledger.core.store.event_recorder
+    last = view.version
+    for gt in (None, 0, 1, 6, last - 1, last):
+        for lte in (None, 1, 7, last, last + 3):
+            found = recorder.stream_columns(view.session_id, gt=gt, lte=lte)
+            rows = recorder.stream(view.session_id, gt=gt, lte=lte)
+            assert found is not None
+            assert _columns(found) == _columns(StreamColumns.of_rows(rows))
+    assert "Committed" in recorder.stream_columns(view.session_id).topics  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("snapshots", [False, True])
+def test_a_cold_load_across_a_missing_event_fails_as_the_validated_replay_does(
+    make_ledger: Callable[..., SessionLedger], snapshots: bool
+) -> None:
+    """With an event deleted from the middle of a long run of messages, a cold read finds
+    the gap (the stretch is read row by row) and raises what the validated replay raises,
+    instead of replaying the messages past it."""
+    writer = make_ledger(snapshot_interval=30 if snapshots else 10_000)
+    for first in range(0, 100, 20):
+        writer.add_messages(ALICE, "long", [
+            {"role": "user", "content": f"message {n}"} for n in range(first, first + 20)
+        ])  # fmt: skip
+    sid = writer.session(ALICE, "long").session_id
+    row = next(r for r in _rows(writer) if r["originator_version"] == 70)
+    _execute(writer, "DELETE FROM chatledger_events WHERE id = :id", id=row["id"])
+    cold = make_ledger(snapshot_interval=30 if snapshots else 10_000)
+    assert cold.core.store.event_recorder.stream_columns(sid) is None
+    with pytest.raises(StoreUnavailable) as fast:
+        cold.context(ALICE, "long")
+    with pytest.raises(StoreUnavailable) as slow:
+        make_ledger().core.store.load(sid, trusted=False)
+    assert str(fast.value) == str(slow.value)
+    assert cold.context(ALICE, "long", at_version=69).dropped_messages == 0

@@ -22,6 +22,7 @@ RUNTIME = {
     "alembic": "alembic",
     "cryptography": "cryptography",
     "eventsourcing": "eventsourcing",
+    "msgspec": "msgspec",
     "sqlalchemy": "sqlalchemy",
     "pydantic": "pydantic",
     "pydantic-settings": "pydantic_settings",
