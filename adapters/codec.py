@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from itertools import repeat
 from operator import contains, itemgetter, methodcaller
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -67,6 +67,7 @@ from chatledger.domain.values import (
     Principal,
     ToolCall,
     assemble,
+    estimate_tokens,
     texts_tokens,
 )
 from chatledger.projections.facts import summarize
@@ -577,10 +578,24 @@ def _built_event(
     if last[0] != timestamp_us:
         last = _last_when[0] = (timestamp_us, from_micros(timestamp_us))
     when = last[1]
+    return message_added(
+        originator_id, version, when, principal, key,
+        _built(id_, role, text, when, name, tool_call, item),
+    )  # fmt: skip
+
+
+def message_added(
+    originator_id: UUID,
+    version: int,
+    timestamp: datetime,
+    actor: Principal,
+    key: str | None,
+    message: Message,
+) -> MessageAdded:
+    """The ``MessageAdded`` of these (valid) values, without validating them again."""
     return assemble(MessageAdded, {
-        "originator_id": originator_id, "originator_version": version, "timestamp": when,
-        "actor": principal, "idempotency_key": key,
-        "message": _built(id_, role, text, when, name, tool_call, item),
+        "originator_id": originator_id, "originator_version": version, "timestamp": timestamp,
+        "actor": actor, "idempotency_key": key, "message": message,
     })  # fmt: skip
 
 
@@ -602,6 +617,91 @@ def _actor(stored: list[Any]) -> Principal | None:
             _actors.clear()
         _actors[values] = found
     return found
+
+
+class CheckedMessages(NamedTuple):
+    """What ``checked_messages`` reads of a run of rows, one entry per row."""
+
+    messages: list[Message]
+    actors: list[Principal]
+    keys: list[str | None]  # idempotency keys
+    tokens: list[int]  # each message's ``Message.tokens``
+
+
+_RUN_KEYS = frozenset({"a", "i", "r", "c", "n", "t", "k"})  # what checked_messages takes
+_REQUIRED = itemgetter("a", "i", "r", "c")
+_get_key = methodcaller("get", "k")
+_STRINGS = {str}
+_OPTIONAL_STRINGS = {str, type(None)}
+
+
+def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMessages | None:
+    """``message_added_of_row`` of each of consecutive format-2 ``MessageAdded`` rows
+    (payloads and their ``timestamp_us``), checked in passes over the whole run: the same
+    messages, actors and idempotency keys -- or None where any row needs it to say.
+
+    It takes a part of the shapes that one takes (role and text stored, no item, no
+    time of its own, a tool call if any validated by its model, an actor once per
+    distinct one), and checks each as it does, mostly in passes of C code: the deep
+    check reads every message of a store this way.
+    """
+    if not states or set(map(type, states)) != {bytes} or set(map(type, stamps)) != {int}:
+        return None
+    try:
+        payloads: list[Any] = list(map(from_json, states))
+    except ValueError:  # message_added_of_row declines it too
+        return None
+    try:  # anything but a JSON object of these keys fails a pass below
+        if not all(map(_RUN_KEYS.issuperset, payloads)):
+            return None
+        actors, ids, roles, contents = zip(*map(_REQUIRED, payloads), strict=True)
+        if not (
+            set(map(type, actors)) == {list}
+            and set(map(type, ids)) == _STRINGS
+            and set(map(type, contents)) == _STRINGS
+            and set(map(type, roles)) == _STRINGS
+            and _ROLES.issuperset(roles)
+            and min(map(len, ids)) > 0
+            and max(map(len, ids)) <= MESSAGE_ID_CHARS
+        ):
+            return None
+        stored_actors = list(map(tuple, actors))
+        principals = {values: _actor(list(values)) for values in set(stored_actors)}
+    except (KeyError, TypeError):  # a key missing, not an object, an unhashable actor
+        return None
+    if None in principals.values():
+        return None
+    count = len(payloads)
+    names: list[Any] | Any = repeat(None, count)
+    keys: list[Any] = [None] * count
+    tools: list[Any] = [None] * count
+    if any(map(contains, payloads, repeat("n"))):
+        names = list(map(_get_name, payloads))
+        if not set(map(type, names)) <= _OPTIONAL_STRINGS:
+            return None
+    if any(map(contains, payloads, repeat("k"))):
+        keys = list(map(_get_key, payloads))
+        if not set(map(type, keys)) <= _OPTIONAL_STRINGS:
+            return None
+    if any(map(contains, payloads, repeat("t"))):
+        for index, data in enumerate(payloads):
+            tool = data.get("t")
+            if tool is not None:
+                try:
+                    tools[index] = ToolCall.model_validate(tool)
+                except ValidationError:
+                    return None
+            elif "t" in data:  # a stored null: message_added_of_row declines it too
+                return None
+    whens = {us: from_micros(us) for us in set(stamps)}
+    messages = list(map(_built, ids, roles, contents, map(whens.__getitem__, stamps), names,
+                        tools, repeat(None)))  # fmt: skip
+    return CheckedMessages(
+        messages,
+        list(map(principals.__getitem__, stored_actors)),
+        keys,
+        list(map(estimate_tokens, contents)),
+    )
 
 
 PAYLOAD_COLUMNS = ("stored_topic", "stored_state")
