@@ -666,11 +666,15 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
         ):
             return None
         stored_actors = list(map(tuple, actors))
-        principals = {values: _actor(list(values)) for values in set(stored_actors)}
+        distinct = set(stored_actors)
     except (KeyError, TypeError):  # a key missing, not an object, an unhashable actor
         return None
-    if None in principals.values():
-        return None
+    principals: dict[tuple[Any, ...], Principal] = {}
+    for values in distinct:  # a session has few actors
+        principal = _actor(list(values))
+        if principal is None:
+            return None
+        principals[values] = principal
     count = len(payloads)
     names: list[Any] | Any = repeat(None, count)
     keys: list[Any] = [None] * count
