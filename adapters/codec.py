@@ -36,6 +36,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from functools import partial
 from itertools import repeat
 from operator import contains, itemgetter, methodcaller
 from typing import Any, NamedTuple
@@ -67,8 +68,9 @@ from chatledger.domain.values import (
     Principal,
     ToolCall,
     assemble,
-    estimate_tokens,
+    assemble_all,
     texts_tokens,
+    tokens_of_texts,
 )
 from chatledger.projections.facts import summarize
 
@@ -632,6 +634,8 @@ _RUN_KEYS = frozenset({"a", "i", "r", "c", "n", "t", "k"})  # what checked_messa
 _REQUIRED = itemgetter("a", "i", "r", "c")
 _get_key = methodcaller("get", "k")
 _STRINGS = {str}
+# Keys cached, not values: ids and texts are unique, and looking them up costs more.
+_parsed = partial(from_json, cache_strings="keys")
 _OPTIONAL_STRINGS = {str, type(None)}
 
 
@@ -648,7 +652,7 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
     if not states or set(map(type, states)) != {bytes} or set(map(type, stamps)) != {int}:
         return None
     try:
-        payloads: list[Any] = list(map(from_json, states))
+        payloads: list[Any] = list(map(_parsed, states))
     except ValueError:  # message_added_of_row declines it too
         return None
     try:  # anything but a JSON object of these keys fails a pass below
@@ -698,13 +702,18 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
             elif "t" in data:  # a stored null: message_added_of_row declines it too
                 return None
     whens = {us: from_micros(us) for us in set(stamps)}
-    messages = list(map(_built, ids, roles, contents, map(whens.__getitem__, stamps), names,
-                        tools, repeat(None)))  # fmt: skip
+    messages = assemble_all(Message, [
+        {"id": id_, "role": role, "content": text, "created_at": when, "name": name,
+         "tool_call": tool, "item": None}
+        for id_, role, text, when, name, tool in zip(
+            ids, roles, contents, map(whens.__getitem__, stamps), names, tools, strict=True
+        )
+    ])  # fmt: skip
     return CheckedMessages(
         messages,
         list(map(principals.__getitem__, stored_actors)),
         keys,
-        list(map(estimate_tokens, contents)),
+        tokens_of_texts(contents),
     )
 
 

@@ -30,7 +30,8 @@ form. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import attrgetter, eq
 from typing import NamedTuple
 
 from chatledger.domain.events import (
@@ -199,6 +200,8 @@ def edited_facts(
 
 
 _NO_TOOL = (None, None, 0, 0)
+_role = attrgetter("role")
+_tool_call = attrgetter("tool_call")
 
 
 def message_run_facts(
@@ -228,7 +231,8 @@ def message_run_facts(
         return (value,) * count
 
     status = after.status
-    actor_of = {id(a): _actor_fields(a) for a in actors}  # a run has few distinct actors
+    distinct = dict(zip(map(id, actors), actors, strict=True))  # a run has few actors
+    actor_of = {i: _actor_fields(a) for i, a in distinct.items()}
     if slim:
         starter = _actor_fields(first)
         actor_of = {i: _SAME_ACTOR if f == starter else f for i, f in actor_of.items()}
@@ -238,23 +242,27 @@ def message_run_facts(
         head = [repeated("MessageAdded"), repeated(tenant), repeated(key)]
         status_column = repeated(status)
     last_commit = after.last_commit_at
-    user = [m.role == "user" for m in messages]
-    tools = [
-        _NO_TOOL if (t := m.tool_call) is None
-        else (t.tool_name, t.status, t.prompt_tokens, t.completion_tokens)
-        for m in messages
-    ]  # fmt: skip
+    roles = map(_role, messages)
+    calls = list(map(_tool_call, messages))
+    if calls.count(None) == count:
+        tools: list[tuple[object, ...]] = [repeated(None), repeated(None), repeated(0), repeated(0)]
+    else:
+        tools = list(zip(*(
+            _NO_TOOL if t is None
+            else (t.tool_name, t.status, t.prompt_tokens, t.completion_tokens)
+            for t in calls
+        ), strict=True))  # fmt: skip
     return [
         *head,
         *zip(*map(actor_of.__getitem__, map(id, actors)), strict=True),
         tuple(range(before.message_count + 1, before.message_count + count + 1)),
         tuple(accumulate(tokens, initial=before.pending_tokens))[1:],
-        tuple(accumulate(user, initial=before.turn_count))[1:],
+        tuple(accumulate(map(eq, roles, repeat("user", count)), initial=before.turn_count))[1:],
         repeated(after.commit_count),
         repeated(after.archive_count),
         repeated(None if last_commit is None else to_micros(last_commit)),
         status_column,
-        *zip(*tools, strict=True),
+        *tools,
         repeated(""),  # format 2 stores no summary
         tuple(keys),
         repeated(None),

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from itertools import compress, islice, repeat
+from operator import itemgetter, ne
 from typing import Any
 from uuid import UUID
 
@@ -39,6 +41,7 @@ from chatledger.projections.facts import (
 )
 
 _FACTS_AT = 7  # where a scanned row's facts start (adapters.chain_scan)
+_version, _topic, _state, _stamp = (itemgetter(n) for n in (2, 3, 4, 5))  # of a scanned row
 
 
 class Unreplayable(Exception):
@@ -156,9 +159,10 @@ def check_replay(
     session: Session | None = None
     mapper = _mapper(store)
     index, count = 0, len(rows)
+    topics, versions = list(map(_topic, rows)), list(map(_version, rows))
     while index < count:
         if session is not None:
-            run = _message_run(rows, index, stored)
+            run = rows[index : _message_run_end(topics, versions, index, stored)]
             if len(run) > 1:
                 session, done, problem = _check_messages(mapper, sid, run, session)
                 if problem is not None:
@@ -194,18 +198,20 @@ def check_replay(
     return None
 
 
-def _message_run(
-    rows: Sequence[tuple[Any, ...]], index: int, stored: dict[int, Any]
-) -> Sequence[tuple[Any, ...]]:
-    """The rows of format-2 messages from ``index`` on, ending at the first one with a
-    stored snapshot (its state is compared right after it)."""
-    end = index
-    count = len(rows)
-    while end < count and rows[end][3] == "MessageAdded":
-        end += 1
-        if rows[end - 1][2] in stored:
-            break
-    return rows[index:end]
+def _message_run_end(
+    topics: list[str], versions: list[int], index: int, stored: dict[int, Any]
+) -> int:
+    """Where the run of format-2 messages from ``index`` on ends: at the first row of
+    another topic, or right after the first with a stored snapshot (its state is compared
+    right after it). Found in passes of C code."""
+    others = map(ne, islice(topics, index, None), repeat("MessageAdded"))
+    end = next(compress(range(index, len(topics)), others), len(topics))
+    if stored:
+        snapshot = map(stored.__contains__, islice(versions, index, end))
+        at = next(compress(range(index, end), snapshot), None)
+        if at is not None:
+            return at + 1
+    return end
 
 
 def _check_messages(
@@ -222,7 +228,7 @@ def _check_messages(
     compared row by row, which names the first row that differs."""
     checked = None
     if not mapper.plain_bytes_changed:
-        checked = checked_messages([row[4] for row in run], [row[5] for row in run])
+        checked = checked_messages(list(map(_state, run)), list(map(_stamp, run)))
     events: list[MessageAdded] = []
     if checked is None:
         events = _decoded_messages(mapper, sid, run)
