@@ -693,14 +693,10 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
             return None
     if any(map(contains, payloads, repeat("t"))):
         for index, data in enumerate(payloads):
-            tool = data.get("t")
-            if tool is not None:
-                try:
-                    tools[index] = ToolCall.model_validate(tool)
-                except ValidationError:
+            if "t" in data:  # a stored null is no tool call: message_added_of_row declines it
+                tools[index] = tool = _tool_call(data["t"])
+                if tool is None:
                     return None
-            elif "t" in data:  # a stored null: message_added_of_row declines it too
-                return None
     whens = {us: from_micros(us) for us in set(stamps)}
     messages = assemble_all(Message, [
         {"id": id_, "role": role, "content": text, "created_at": when, "name": name,
@@ -715,6 +711,36 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
         keys,
         tokens_of_texts(contents),
     )
+
+
+_tool_calls: dict[tuple[Any, ...], ToolCall] = {}
+_TOOL_CALLS_KEPT = 1024
+
+
+def _tool_call(stored: Any) -> ToolCall | None:
+    """The validated ``ToolCall`` of a stored tool call (None if it is not one), validated
+    once per distinct one: the same keys, values and types of values (``1``, ``1.0`` and
+    ``True`` are equal, but need not validate alike)."""
+    key: tuple[Any, ...] | None = None
+    if type(stored) is dict:
+        try:
+            key = (*stored.items(), *map(type, stored.values()))
+            found = _tool_calls.get(key)
+        except TypeError:  # an unhashable value
+            key = found = None
+        if found is not None:
+            return found
+    if stored is None:
+        return None
+    try:
+        found = ToolCall.model_validate(stored)
+    except ValidationError:
+        return None
+    if key is not None:
+        if len(_tool_calls) >= _TOOL_CALLS_KEPT:
+            _tool_calls.clear()
+        _tool_calls[key] = found
+    return found
 
 
 PAYLOAD_COLUMNS = ("stored_topic", "stored_state")

@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -52,6 +53,7 @@ from chatledger.projections.facts import message_run_facts, slim_facts, stored_f
 from support import ADMIN, ALICE
 
 KEY_ID = "key-1"
+T0_SID = uuid4()
 CIPHER = AESGCM(os.urandom(32))
 
 
@@ -219,6 +221,27 @@ def test_a_checked_run_holds_what_each_row_decodes_to(
         _same(message, event.message)
         _same(actor, event.actor)
         assert (key, tokens) == (event.idempotency_key, event.message.tokens)
+
+
+def test_a_run_tells_tool_calls_equal_in_value_but_not_in_type_apart() -> None:
+    """Tool calls equal in value but not in type (1, 1.0, True) each get their own
+    validation: a run with one that validation refuses is declined, as its row is."""
+    stamp = to_micros(T0)
+
+    def row(n: int, tokens: object) -> bytes:
+        tool = json.dumps({"tool_name": "s", "prompt_tokens": tokens})
+        return f'{{"a":["acme"],"i":"m{n}","r":"tool","c":"x","t":{tool}}}'.encode()
+
+    taken = [row(n, tokens) for n, tokens in enumerate([1, 1.0, True, 1, True])]
+    checked = checked_messages(taken, [stamp] * len(taken))
+    assert checked is not None
+    for state, message in zip(taken, checked.messages, strict=True):
+        event = message_added_of_row(state, T0_SID, 5, stamp)
+        assert event is not None
+        _same(message, event.message)
+    refused = [*taken, row(9, 1.5)]
+    assert message_added_of_row(refused[-1], T0_SID, 5, stamp) is None
+    assert checked_messages(refused, [stamp] * len(refused)) is None
 
 
 @settings(max_examples=200, deadline=None)
