@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from itertools import repeat
 from operator import contains, itemgetter, methodcaller
-from typing import Any, NamedTuple
+from typing import Any
 from uuid import UUID
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -621,13 +621,43 @@ def _actor(stored: list[Any]) -> Principal | None:
     return found
 
 
-class CheckedMessages(NamedTuple):
-    """What ``checked_messages`` reads of a run of rows, one entry per row."""
+class CheckedMessages:
+    """What ``checked_messages`` reads of a run of rows, one entry per row, as columns: a
+    ``MessageRun`` of its messages (built already), with what else the rows say."""
 
-    messages: list[Message]
-    actors: list[Principal]
-    keys: list[str | None]  # idempotency keys
-    tokens: list[int]  # each message's ``Message.tokens``
+    __slots__ = (
+        "_messages", "actors", "each_tokens", "ids", "keys", "roles", "tokens", "tool_calls",
+        "user_turns",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        messages: list[Message],
+        ids: list[str],
+        roles: list[str],
+        tool_calls: list[ToolCall | None],
+        actors: list[Principal],
+        keys: list[str | None],
+        each_tokens: list[int],
+    ) -> None:
+        self._messages = messages
+        self.ids = ids
+        self.roles = roles
+        self.tool_calls = tool_calls
+        self.actors = actors
+        self.keys = keys  # idempotency keys
+        self.each_tokens = each_tokens  # each message's ``Message.tokens``
+        self.tokens = sum(each_tokens)
+        self.user_turns = roles.count("user")
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def message(self, index: int) -> Message:
+        return self._messages[index]
+
+    def messages(self) -> list[Message]:
+        return self._messages
 
 
 _RUN_KEYS = frozenset({"a", "i", "r", "c", "n", "t", "k"})  # what checked_messages takes
@@ -706,11 +736,9 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
         )
     ])  # fmt: skip
     return CheckedMessages(
-        messages,
-        list(map(principals.__getitem__, stored_actors)),
-        keys,
-        tokens_of_texts(contents),
-    )
+        messages, list(ids), list(roles), tools,
+        list(map(principals.__getitem__, stored_actors)), keys, tokens_of_texts(contents),
+    )  # fmt: skip
 
 
 _tool_calls: dict[tuple[Any, ...], ToolCall] = {}

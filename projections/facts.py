@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import accumulate, repeat
-from operator import attrgetter, eq
+from operator import eq
 from typing import NamedTuple
 
 from chatledger.domain.events import (
@@ -60,7 +60,7 @@ from chatledger.domain.events import (
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import LIVE, SessionCounters
 from chatledger.domain.timestamps import to_micros
-from chatledger.domain.values import Message, Principal, printable
+from chatledger.domain.values import Principal, ToolCall, printable
 from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
 
 _SUMMARY_ERROR_CHARS = 80
@@ -200,12 +200,11 @@ def edited_facts(
 
 
 _NO_TOOL = (None, None, 0, 0)
-_role = attrgetter("role")
-_tool_call = attrgetter("tool_call")
 
 
 def message_run_facts(
-    messages: Sequence[Message],
+    roles: Sequence[str],
+    tool_calls: Sequence[ToolCall | None],
     actors: Sequence[Principal],
     keys: Sequence[str | None],
     tokens: Sequence[int],
@@ -218,12 +217,13 @@ def message_run_facts(
     slim: bool,
 ) -> list[tuple[object, ...]]:
     """The stored facts of a run of format-2 ``MessageAdded`` rows after a session's first,
-    as columns (one tuple per fact column, one value per row): the events' messages,
-    actors, idempotency keys and message tokens, of the session ``(tenant, key)`` at
+    as columns (one tuple per fact column, one value per row): the roles and tool calls
+    of the events' messages, their actors, idempotency keys and message tokens, of the
+    session ``(tenant, key)`` at
     ``before`` the run and ``after`` it, started by ``first``; ``slim`` for the slim form.
     Row by row, what ``stored_facts`` gives (``slim_facts`` of it with ``slim``): the
     deep check compares a run's stored columns with these at once."""
-    count = len(messages)
+    count = len(roles)
     if not count:
         return [()] * len(FACT_COLUMNS)
 
@@ -242,15 +242,13 @@ def message_run_facts(
         head = [repeated("MessageAdded"), repeated(tenant), repeated(key)]
         status_column = repeated(status)
     last_commit = after.last_commit_at
-    roles = map(_role, messages)
-    calls = list(map(_tool_call, messages))
-    if calls.count(None) == count:
+    if tool_calls.count(None) == count:
         tools: list[tuple[object, ...]] = [repeated(None), repeated(None), repeated(0), repeated(0)]
     else:
         tools = list(zip(*(
             _NO_TOOL if t is None
             else (t.tool_name, t.status, t.prompt_tokens, t.completion_tokens)
-            for t in calls
+            for t in tool_calls
         ), strict=True))  # fmt: skip
     return [
         *head,

@@ -216,11 +216,20 @@ def test_a_checked_run_holds_what_each_row_decodes_to(
     if checked is None:
         return
     assert None not in singly
-    for event, message, actor, key, tokens in zip(singly, *checked, strict=True):
+    for event, message, actor, key, tokens in zip(
+        singly, checked.messages(), checked.actors, checked.keys, checked.each_tokens, strict=True
+    ):
         assert event is not None
         _same(message, event.message)
         _same(actor, event.actor)
         assert (key, tokens) == (event.idempotency_key, event.message.tokens)
+    assert checked.ids == [e.message.id for e in singly if e is not None]
+    assert checked.roles == [e.message.role for e in singly if e is not None]
+    assert checked.tool_calls == [e.message.tool_call for e in singly if e is not None]
+    assert (checked.tokens, checked.user_turns) == (
+        sum(checked.each_tokens),
+        checked.roles.count("user"),
+    )
 
 
 def test_a_run_tells_tool_calls_equal_in_value_but_not_in_type_apart() -> None:
@@ -235,7 +244,7 @@ def test_a_run_tells_tool_calls_equal_in_value_but_not_in_type_apart() -> None:
     taken = [row(n, tokens) for n, tokens in enumerate([1, 1.0, True, 1, True])]
     checked = checked_messages(taken, [stamp] * len(taken))
     assert checked is not None
-    for state, message in zip(taken, checked.messages, strict=True):
+    for state, message in zip(taken, checked.messages(), strict=True):
         event = message_added_of_row(state, T0_SID, 5, stamp)
         assert event is not None
         _same(message, event.message)
@@ -280,8 +289,10 @@ def test_the_facts_of_a_run_are_each_rows_stored_facts(
     actors, keys = [e.actor for e in events], [e.idempotency_key for e in events]
     for slim in (False, True):
         expected = [slim_facts(f, 10 + n, first, compact=True) for n, f in enumerate(rows)]
-        columns = message_run_facts(messages, actors, keys, tokens, "acme", "k", counts,
-                                    after, first, slim=slim)  # fmt: skip
+        columns = message_run_facts(
+            [m.role for m in messages], [m.tool_call for m in messages], actors, keys, tokens,
+            "acme", "k", counts, after, first, slim=slim,
+        )  # fmt: skip
         assert columns == list(zip(*(expected if slim else rows), strict=True))
 
 

@@ -31,6 +31,7 @@ from chatledger.domain.events import Forked, MessageAdded, Started
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.identity import session_id
+from chatledger.domain.message_runs import MessageRun
 from chatledger.domain.session import Session, SessionCounters
 from chatledger.domain.values import Principal
 from chatledger.projections.facts import (
@@ -230,20 +231,22 @@ def _check_messages(
     if not mapper.plain_bytes_changed:
         checked = checked_messages(list(map(_state, run)), list(map(_stamp, run)))
     events: list[MessageAdded] = []
+    run_of: MessageRun
     if checked is None:
         events = _decoded_messages(mapper, sid, run)
         if not events:
             return session, 0, None
         messages = [event.message for event in events]
         tokens = [message.tokens for message in messages]
+        run_of, when = BuiltMessages(messages, tokens), events[-1].timestamp
     else:
-        messages, tokens = checked.messages, checked.tokens
+        messages, tokens = checked.messages(), checked.each_tokens
+        # A checked message's time is its event's (checked_messages takes no other).
+        run_of, when = checked, messages[-1].created_at
     count = len(messages)
-    # A checked message's time is its event's (checked_messages takes no other).
-    when = events[-1].timestamp if checked is None else messages[-1].created_at
     before = session.counters()
     try:
-        session.replay_run(BuiltMessages(messages, tokens), run[count - 1][2], when)
+        session.replay_run(run_of, run[count - 1][2], when)
     except ValueError:  # not the next versions (chain-verified rows are): one by one
         return session, 0, None
     after = session.counters()
@@ -251,8 +254,8 @@ def _check_messages(
     if checked is not None:
         stored = list(zip(*run, strict=True))[_FACTS_AT:]
         facts = partial(
-            message_run_facts, messages, checked.actors, checked.keys, tokens, tenant, key,
-            before, after, first,
+            message_run_facts, checked.roles, checked.tool_calls, checked.actors, checked.keys,
+            tokens, tenant, key, before, after, first,
         )  # fmt: skip
         if stored == facts(slim=True) or stored == facts(slim=False):
             return session, count, None
