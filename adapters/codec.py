@@ -621,14 +621,11 @@ def _actor(stored: list[Any]) -> Principal | None:
     return found
 
 
-class CheckedMessages:
+class CheckedMessages(BuiltMessages):
     """What ``checked_messages`` reads of a run of rows, one entry per row, as columns: a
     ``MessageRun`` of its messages (built already), with what else the rows say."""
 
-    __slots__ = (
-        "_messages", "actors", "each_tokens", "ids", "keys", "roles", "tokens", "tool_calls",
-        "user_turns",
-    )  # fmt: skip
+    __slots__ = ("actors", "each_tokens", "keys", "roles", "tool_calls")
 
     def __init__(
         self,
@@ -640,6 +637,7 @@ class CheckedMessages:
         keys: list[str | None],
         each_tokens: list[int],
     ) -> None:
+        # Counted from the columns, not from the messages (BuiltMessages reads each one).
         self._messages = messages
         self.ids = ids
         self.roles = roles
@@ -649,15 +647,6 @@ class CheckedMessages:
         self.each_tokens = each_tokens  # each message's ``Message.tokens``
         self.tokens = sum(each_tokens)
         self.user_turns = roles.count("user")
-
-    def __len__(self) -> int:
-        return len(self._messages)
-
-    def message(self, index: int) -> Message:
-        return self._messages[index]
-
-    def messages(self) -> list[Message]:
-        return self._messages
 
 
 _RUN_KEYS = frozenset({"a", "i", "r", "c", "n", "t", "k"})  # what checked_messages takes

@@ -131,6 +131,18 @@ ODD_VALUES = (
 )
 
 
+def _edited(state: bytes, edits: list[tuple[str, Any]], drop: bool) -> bytes:
+    """The payload with each (key, value) set -- or, with ``drop``, a None value's key
+    removed."""
+    payload = json.loads(state)
+    for key, value in edits:
+        if drop and value is None:
+            payload.pop(key, None)
+        else:
+            payload[key] = value
+    return json.dumps(payload).encode()
+
+
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     message_added(),
@@ -150,13 +162,7 @@ def test_the_fast_decode_declines_every_row_the_validated_decode_refuses(
     """A row edited into any shape: where validation refuses it, the fast decode declines
     (so verify(deep=True) and imports still report it); where it accepts, the two agree."""
     state, stamp = _row(event)
-    payload = json.loads(state)
-    for key, value in edits:
-        if drop and value is None:
-            payload.pop(key, None)
-        else:
-            payload[key] = value
-    edited = json.dumps(payload).encode()
+    edited = _edited(state, edits, drop)
     fast = message_added_of_row(edited, event.originator_id, event.originator_version, stamp)
     try:
         slow = _validated(event, edited)
@@ -201,13 +207,7 @@ def test_a_checked_run_holds_what_each_row_decodes_to(
     rows = [_row(e) for e in events]
     if edits:
         state, stamp = rows[at % len(rows)]
-        payload = json.loads(state)
-        for key, value in edits:
-            if drop and value is None:
-                payload.pop(key, None)
-            else:
-                payload[key] = value
-        rows[at % len(rows)] = (json.dumps(payload).encode(), stamp)
+        rows[at % len(rows)] = (_edited(state, edits, drop), stamp)
     checked = checked_messages([s for s, _ in rows], [t for _, t in rows])
     singly = [message_added_of_row(s, e.originator_id, e.originator_version, t)
               for e, (s, t) in zip(events, rows, strict=True)]  # fmt: skip
@@ -470,6 +470,30 @@ def test_a_doctored_fact_in_a_run_of_messages_is_found_at_its_row(
     assert runs.verify(ADMIN, deep=True).ok
 
 
+def _rewrite_message(ledger: SessionLedger, nth: int, field: str, value: Any) -> int:
+    """Set ``field`` of the ``nth`` message's payload to ``value``, every hash made to fit
+    (no key); returns the row's position."""
+    lines = list(ledger.export(ADMIN))
+    records = [json.loads(line) for line in lines[1:]]
+    target = sorted(
+        (r for r in records if r["topic"] == "MessageAdded"), key=lambda r: r["version"]
+    )[nth]
+
+    def change(edited: list[dict[str, Any]]) -> None:
+        for record in edited:
+            if record["position"] == target["position"]:
+                payload = json.loads(_state_bytes(record))
+                record.pop("event", None)
+                payload[field] = value
+                record["state"] = json.dumps(payload, separators=(",", ":"))
+
+    for record in map(json.loads, _rechained(lines, change)[1:]):
+        _execute(ledger, "UPDATE chatledger_events SET state = :state, hash = :hash WHERE id = :id",
+                 state=_state_bytes(record), hash=bytes.fromhex(record["hash"]),
+                 id=record["position"])  # fmt: skip
+    return int(target["position"])
+
+
 @pytest.mark.parametrize(("field", "value", "edited"), [
     ("c", "a much longer text than the message had", "pending_tokens"),
     ("r", "system", "turn_count"),
@@ -480,30 +504,10 @@ def test_a_payload_inside_a_run_changed_into_another_valid_one_is_found_at_its_r
 ) -> None:
     """A message of a run rewritten into another valid message, its chain made to fit: the
     default check passes it, the deep one reports the stored facts of exactly that row."""
-    lines = list(runs.export(ADMIN))
-    records = [json.loads(line) for line in lines[1:]]
-    changed = sorted(
-        (r for r in records if r["topic"] == "MessageAdded"), key=lambda r: r["version"]
-    )[3]
-
-    def change(edited_records: list[dict[str, Any]]) -> None:
-        for record in edited_records:
-            if record["position"] == changed["position"]:
-                payload = json.loads(_state_bytes(record))
-                record.pop("event", None)
-                payload[field] = value
-                record["state"] = json.dumps(payload, separators=(",", ":"))
-
-    for record in map(json.loads, _rechained(lines, change)[1:]):
-        _execute(runs, "UPDATE chatledger_events SET state = :state, hash = :hash WHERE id = :id",
-                 state=_state_bytes(record), hash=bytes.fromhex(record["hash"]),
-                 id=record["position"])  # fmt: skip
+    position = _rewrite_message(runs, 3, field, value)
     assert runs.verify(ADMIN).ok
     (issue,) = runs.verify(ADMIN, deep=True).issues
-    assert (issue.reason, issue.position) == (
-        "stored facts differ from the event",
-        changed["position"],
-    )
+    assert (issue.reason, issue.position) == ("stored facts differ from the event", position)
     assert issue.found == f"edited fact columns: {edited}"
 
 
@@ -512,28 +516,11 @@ def test_a_row_inside_a_run_that_cannot_be_applied_is_reported_after_earlier_fac
 ) -> None:
     """A chain-consistent message row with a role no message has, inside a run: reported
     as unreplayable at its row -- after a doctored fact earlier in the same run."""
-    lines = list(runs.export(ADMIN))
-    records = [json.loads(line) for line in lines[1:]]
-    spoilt = sorted(
-        (r for r in records if r["topic"] == "MessageAdded"), key=lambda r: r["version"]
-    )[5]
-
-    def spoil(edited: list[dict[str, Any]]) -> None:
-        for record in edited:
-            if record["position"] == spoilt["position"]:
-                payload = json.loads(_state_bytes(record))
-                record.pop("event", None)
-                payload["r"] = "robot"
-                record["state"] = json.dumps(payload, separators=(",", ":"))
-
-    for record in map(json.loads, _rechained(lines, spoil)[1:]):
-        _execute(runs, "UPDATE chatledger_events SET state = :state, hash = :hash WHERE id = :id",
-                 state=_state_bytes(record), hash=bytes.fromhex(record["hash"]),
-                 id=record["position"])  # fmt: skip
+    position = _rewrite_message(runs, 5, "r", "robot")
     assert runs.verify(ADMIN).ok
     (issue,) = runs.verify(ADMIN, deep=True).issues
-    assert (issue.reason, issue.position) == ("event cannot be replayed", spoilt["position"])
-    earlier = next(r for r in _rows(runs) if r["id"] == spoilt["position"] - 2)
+    assert (issue.reason, issue.position) == ("event cannot be replayed", position)
+    earlier = next(r for r in _rows(runs) if r["id"] == position - 2)
     _mutate_column(runs, earlier, "pending_tokens", at=1)
     (issue,) = runs.verify(ADMIN, deep=True).issues
     assert (issue.reason, issue.position) == ("stored facts differ from the event", earlier["id"])
