@@ -40,6 +40,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from functools import partial
 from itertools import repeat
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from operator import attrgetter, contains, itemgetter, methodcaller
@@ -74,7 +75,9 @@ from chatledger.domain.values import (
     Role,
     ToolCall,
     assemble,
+    assemble_all,
     texts_tokens,
+    tokens_of_texts,
 )
 from chatledger.projections.facts import summarize
 
@@ -704,10 +707,24 @@ def _built_event(
     if last[0] != timestamp_us:
         last = _last_when[0] = (timestamp_us, from_micros(timestamp_us))
     when = last[1]
+    return message_added(
+        originator_id, version, when, principal, key,
+        _built(id_, role, text, when, name, tool_call, item),
+    )  # fmt: skip
+
+
+def message_added(
+    originator_id: UUID,
+    version: int,
+    timestamp: datetime,
+    actor: Principal,
+    key: str | None,
+    message: Message,
+) -> MessageAdded:
+    """The ``MessageAdded`` of these (valid) values, without validating them again."""
     return assemble(MessageAdded, {
-        "originator_id": originator_id, "originator_version": version, "timestamp": when,
-        "actor": principal, "idempotency_key": key,
-        "message": _built(id_, role, text, when, name, tool_call, item),
+        "originator_id": originator_id, "originator_version": version, "timestamp": timestamp,
+        "actor": actor, "idempotency_key": key, "message": message,
     })  # fmt: skip
 
 
@@ -728,6 +745,145 @@ def _actor(stored: list[Any]) -> Principal | None:
         if len(_actors) >= _ACTORS_KEPT:
             _actors.clear()
         _actors[values] = found
+    return found
+
+
+class CheckedMessages(BuiltMessages):
+    """What ``checked_messages`` reads of a run of rows, one entry per row, as columns: a
+    ``MessageRun`` of its messages (built already), with what else the rows say."""
+
+    __slots__ = ("actors", "each_tokens", "keys", "roles", "tool_calls")
+
+    def __init__(
+        self,
+        messages: list[Message],
+        ids: list[str],
+        roles: list[str],
+        tool_calls: list[ToolCall | None],
+        actors: list[Principal],
+        keys: list[str | None],
+        each_tokens: list[int],
+    ) -> None:
+        # Counted from the columns, not from the messages (BuiltMessages reads each one).
+        self._messages = messages
+        self.ids = ids
+        self.roles = roles
+        self.tool_calls = tool_calls
+        self.actors = actors
+        self.keys = keys  # idempotency keys
+        self.each_tokens = each_tokens  # each message's ``Message.tokens``
+        self.tokens = sum(each_tokens)
+        self.user_turns = roles.count("user")
+
+
+_RUN_KEYS = frozenset({"a", "i", "r", "c", "n", "t", "k"})  # what checked_messages takes
+_REQUIRED = itemgetter("a", "i", "r", "c")
+_get_key = methodcaller("get", "k")
+_STRINGS = {str}
+# Keys cached, not values: ids and texts are unique, and looking them up costs more.
+_parsed = partial(from_json, cache_strings="keys")
+_OPTIONAL_STRINGS = {str, type(None)}
+
+
+def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMessages | None:
+    """``message_added_of_row`` of each of consecutive format-2 ``MessageAdded`` rows
+    (payloads and their ``timestamp_us``), checked in passes over the whole run: the same
+    messages, actors and idempotency keys -- or None where any row needs it to say.
+
+    It takes a part of the shapes that one takes (role and text stored, no item, no
+    time of its own, a tool call if any validated by its model, an actor once per
+    distinct one), and checks each as it does, mostly in passes of C code: the deep
+    check reads every message of a store this way.
+    """
+    if not states or set(map(type, states)) != {bytes} or set(map(type, stamps)) != {int}:
+        return None
+    try:
+        payloads: list[Any] = list(map(_parsed, states))
+    except ValueError:  # message_added_of_row declines it too
+        return None
+    try:  # anything but a JSON object of these keys fails a pass below
+        if not all(map(_RUN_KEYS.issuperset, payloads)):
+            return None
+        actors, ids, roles, contents = zip(*map(_REQUIRED, payloads), strict=True)
+        if not (
+            set(map(type, actors)) == {list}
+            and set(map(type, ids)) == _STRINGS
+            and set(map(type, contents)) == _STRINGS
+            and set(map(type, roles)) == _STRINGS
+            and _ROLES.issuperset(roles)
+            and min(map(len, ids)) > 0
+            and max(map(len, ids)) <= MESSAGE_ID_CHARS
+        ):
+            return None
+        stored_actors = list(map(tuple, actors))
+        distinct = set(stored_actors)
+    except (KeyError, TypeError):  # a key missing, not an object, an unhashable actor
+        return None
+    principals: dict[tuple[Any, ...], Principal] = {}
+    for values in distinct:  # a session has few actors
+        principal = _actor(list(values))
+        if principal is None:
+            return None
+        principals[values] = principal
+    count = len(payloads)
+    names: list[Any] | Any = repeat(None, count)
+    keys: list[Any] = [None] * count
+    tools: list[Any] = [None] * count
+    if any(map(contains, payloads, repeat("n"))):
+        names = list(map(_get_name, payloads))
+        if not set(map(type, names)) <= _OPTIONAL_STRINGS:
+            return None
+    if any(map(contains, payloads, repeat("k"))):
+        keys = list(map(_get_key, payloads))
+        if not set(map(type, keys)) <= _OPTIONAL_STRINGS:
+            return None
+    if any(map(contains, payloads, repeat("t"))):
+        for index, data in enumerate(payloads):
+            if "t" in data:  # a stored null is no tool call: message_added_of_row declines it
+                tools[index] = tool = _tool_call(data["t"])
+                if tool is None:
+                    return None
+    whens = {us: from_micros(us) for us in set(stamps)}
+    messages = assemble_all(Message, [
+        {"id": id_, "role": role, "content": text, "created_at": when, "name": name,
+         "tool_call": tool, "item": None}
+        for id_, role, text, when, name, tool in zip(
+            ids, roles, contents, map(whens.__getitem__, stamps), names, tools, strict=True
+        )
+    ])  # fmt: skip
+    return CheckedMessages(
+        messages, list(ids), list(roles), tools,
+        list(map(principals.__getitem__, stored_actors)), keys, tokens_of_texts(contents),
+    )  # fmt: skip
+
+
+_tool_calls: dict[tuple[Any, ...], ToolCall] = {}
+_TOOL_CALLS_KEPT = 1024
+
+
+def _tool_call(stored: Any) -> ToolCall | None:
+    """The validated ``ToolCall`` of a stored tool call (None if it is not one), validated
+    once per distinct one: the same keys, values and types of values (``1``, ``1.0`` and
+    ``True`` are equal, but need not validate alike)."""
+    key: tuple[Any, ...] | None = None
+    if type(stored) is dict:
+        try:
+            key = (*stored.items(), *map(type, stored.values()))
+            found = _tool_calls.get(key)
+        except TypeError:  # an unhashable value
+            key = found = None
+        if found is not None:
+            return found
+    if stored is None:
+        return None
+    try:
+        found = ToolCall.model_validate(stored)
+    except ValidationError:
+        return None
+    if key is not None:
+        if len(_tool_calls) >= _TOOL_CALLS_KEPT:
+            _tool_calls.clear()
+        _tool_calls[key] = found
     return found
 
 

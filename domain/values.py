@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
+from collections.abc import Sequence
 from datetime import datetime
 from itertools import repeat
 from operator import floordiv
@@ -51,6 +53,22 @@ def assemble(cls: type[M], values: dict[str, Any]) -> M:
     _set(model, "__pydantic_extra__", None)
     _set(model, "__pydantic_private__", None)
     return model
+
+
+def assemble_all(cls: type[M], values: list[dict[str, Any]]) -> list[M]:
+    """``assemble`` of each of ``values`` (dicts of the same fields), in passes of C code:
+    for a long run of models built at once (a deep check's messages)."""
+    count = len(values)
+    models = list(map(_new, repeat(cls, count)))
+    fields = tuple(values[0]) if count else ()
+    for name, column in (
+        ("__dict__", values),
+        ("__pydantic_fields_set__", map(set, repeat(fields, count))),
+        ("__pydantic_extra__", repeat(None, count)),
+        ("__pydantic_private__", repeat(None, count)),
+    ):
+        deque(map(_set, models, repeat(name, count), column), maxlen=0)
+    return models
 
 
 _CONTROL = r"\x00-\x1f\x7f-\x9f"  # ASCII and Unicode C0/C1 control characters
@@ -202,6 +220,12 @@ def texts_tokens(contents: list[str]) -> int:
     short = lengths.count(0) + lengths.count(1) + lengths.count(2) + lengths.count(3)
     quarters: int = sum(map(floordiv, lengths, repeat(4, len(lengths))))
     return quarters + short
+
+
+def tokens_of_texts(contents: Sequence[str]) -> list[int]:
+    """``estimate_tokens`` of each of ``contents``, in passes of C code."""
+    count = len(contents)
+    return list(map(max, repeat(1, count), map(floordiv, map(len, contents), repeat(4, count))))
 
 
 def message_tokens(content: str, item: dict[str, Any] | None) -> int:

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from itertools import accumulate, repeat
+from operator import eq
 from typing import NamedTuple
 
 from chatledger.domain.events import (
@@ -59,7 +61,7 @@ from chatledger.domain.events import (
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import LIVE, SessionCounters
 from chatledger.domain.timestamps import to_micros
-from chatledger.domain.values import Principal, printable
+from chatledger.domain.values import Principal, ToolCall, printable
 from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
 
 _SUMMARY_ERROR_CHARS = 80
@@ -197,6 +199,79 @@ def edited_facts(
     return [
         name for name, want, got in zip(FACT_COLUMNS, wanted, found, strict=False) if want != got
     ]
+
+
+_NO_TOOL = (None, None, 0, 0)
+
+
+def message_run_facts(
+    roles: Sequence[str],
+    tool_calls: Sequence[ToolCall | None],
+    actors: Sequence[Principal],
+    keys: Sequence[str | None],
+    tokens: Sequence[int],
+    tenant: str,
+    key: str,
+    before: SessionCounters,
+    after: SessionCounters,
+    first: Principal,
+    *,
+    slim: bool,
+) -> list[tuple[object, ...]]:
+    """The stored facts of a run of format-2 ``MessageAdded`` rows after a session's first,
+    as columns (one tuple per fact column, one value per row): the roles and tool calls
+    of the events' messages, their actors, idempotency keys and message tokens, of the
+    session ``(tenant, key)`` at
+    ``before`` the run and ``after`` it, started by ``first``; ``slim`` for the slim form.
+    Row by row, what ``stored_facts`` gives (``slim_facts`` of it with ``slim``): the
+    deep check compares a run's stored columns with these at once."""
+    count = len(roles)
+    if not count:
+        return [()] * len(FACT_COLUMNS)
+
+    def repeated(value: object) -> tuple[object, ...]:
+        return (value,) * count
+
+    status = after.status
+    distinct = dict(zip(map(id, actors), actors, strict=True))  # a run has few actors
+    actor_of = {i: _actor_fields(a) for i, a in distinct.items()}
+    if slim:
+        starter = _actor_fields(first)
+        actor_of = {i: _SAME_ACTOR if f == starter else f for i, f in actor_of.items()}
+        head = [repeated(""), repeated(""), repeated("")]
+        status_column = repeated("" if status == LIVE else status)
+    else:
+        head = [repeated("MessageAdded"), repeated(tenant), repeated(key)]
+        status_column = repeated(status)
+    last_commit = after.last_commit_at
+    if tool_calls.count(None) == count:
+        tools: list[tuple[object, ...]] = [repeated(None), repeated(None), repeated(0), repeated(0)]
+    else:
+        tools = list(zip(*(
+            _NO_TOOL if t is None
+            else (t.tool_name, t.status, t.prompt_tokens, t.completion_tokens)
+            for t in tool_calls
+        ), strict=True))  # fmt: skip
+    return [
+        *head,
+        *zip(*map(actor_of.__getitem__, map(id, actors)), strict=True),
+        tuple(range(before.message_count + 1, before.message_count + count + 1)),
+        tuple(accumulate(tokens, initial=before.pending_tokens))[1:],
+        tuple(accumulate(map(eq, roles, repeat("user", count)), initial=before.turn_count))[1:],
+        repeated(after.commit_count),
+        repeated(after.archive_count),
+        repeated(None if last_commit is None else to_micros(last_commit)),
+        status_column,
+        *tools,
+        repeated(""),  # format 2 stores no summary
+        tuple(keys),
+        repeated(None),
+        repeated(None),
+    ]
+
+
+def _actor_fields(a: Principal) -> tuple[str, str, str, str, str]:
+    return (a.account_id, a.user_id, a.agent_id, a.role, a.trace_id)
 
 
 def summarize(event: SessionEvent) -> str:

@@ -10,8 +10,13 @@
   ``texts_tokens`` is ``estimate_tokens`` summed.
 - ``Session.replay_run`` keeps a run unbuilt and leaves the state of replaying it one by
   one; a cold ``context()`` equals a warm one, erased content reading ``[erased]``.
+- ``checked_messages`` (``verify(deep=True)``) reads a run of message rows into exactly
+  what ``message_added_of_row`` gives each row, or declines the run where it declines a
+  row; ``message_run_facts`` gives, column by column, each row's ``stored_facts`` (slim
+  or whole).
 - ``verify(deep=True)`` applies runs of messages at once and still reports the row whose
-  fact was doctored, or which cannot be applied, in the order the rows come.
+  fact was doctored, whose payload was changed into another valid one, or which cannot be
+  applied, in the order the rows come.
 """
 
 from __future__ import annotations
@@ -19,19 +24,22 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_audit import REPLAYED, _execute, _mutate_column, _rechained, _rows, _state_bytes
-from test_stored_form import T0, message_added
+from test_stored_form import T0, message_added, principals
 
-from chatledger import SessionLedger
+from chatledger import Principal, SessionLedger
 from chatledger.adapters import recorders
 from chatledger.adapters.codec import (
     StoredMessages,
+    checked_messages,
     decode,
     decode_payloads,
     encode,
@@ -42,13 +50,15 @@ from chatledger.adapters.codec import (
 from chatledger.adapters.recorders import StreamColumns
 from chatledger.adapters.sealing import open_compact_message, row_aad
 from chatledger.domain.events import MessageAdded
-from chatledger.domain.session import Session
+from chatledger.domain.session import LIVE, Session, SessionCounters
 from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import ERASED, Message, estimate_tokens, texts_tokens
 from chatledger.errors import StoreUnavailable
+from chatledger.projections.facts import message_run_facts, slim_facts, stored_facts
 from support import ADMIN, ALICE
 
 KEY_ID = "key-1"
+T0_SID = uuid4()
 CIPHER = AESGCM(os.urandom(32))
 
 
@@ -160,6 +170,129 @@ def test_the_fast_decode_declines_every_row_the_validated_decode_refuses(
         return
     if fast is not None:
         _same(fast, slow)
+
+
+@st.composite
+def plain_runs(draw: st.DrawFn) -> list[MessageAdded]:
+    """Consecutive MessageAdded events of one session in the shapes ``checked_messages``
+    takes: no framework item, each message's time its event's, in UTC."""
+    events = draw(st.lists(message_added(), min_size=1, max_size=8))
+    when = T0 + timedelta(seconds=draw(st.integers(0, 2)))
+    return [
+        e.model_copy(
+            update={
+                "originator_version": 10 + n,
+                "timestamp": when,
+                "message": e.message.model_copy(update={"item": None, "created_at": when}),
+            }
+        )
+        for n, e in enumerate(events)
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(plain_runs(), st.integers(0, 7), st.lists(
+    st.tuples(st.sampled_from(["a", "i", "r", "c", "n", "x", "t", "k", "at", "z"]),
+              st.none() | ODD_VALUES),
+    max_size=3,
+), st.booleans())  # fmt: skip
+def test_a_checked_run_holds_what_each_row_decodes_to(
+    events: list[MessageAdded], at: int, edits: list[tuple[str, Any]], drop: bool
+) -> None:
+    """A run of message rows, one perhaps edited into any shape: checked_messages gives
+    each row's message, actor and key as message_added_of_row does -- or declines, as it
+    must where that declines a row (so the deep check still refuses what it refused);
+    a run of the usual rows it takes."""
+    rows = [_row(e) for e in events]
+    if edits:
+        state, stamp = rows[at % len(rows)]
+        rows[at % len(rows)] = (_edited(state, edits, drop), stamp)
+    checked = checked_messages([s for s, _ in rows], [t for _, t in rows])
+    singly = [message_added_of_row(s, e.originator_id, e.originator_version, t)
+              for e, (s, t) in zip(events, rows, strict=True)]  # fmt: skip
+    if not edits:
+        assert checked is not None
+    if checked is None:
+        return
+    assert None not in singly
+    for event, message, actor, key, tokens in zip(
+        singly, checked.messages(), checked.actors, checked.keys, checked.each_tokens, strict=True
+    ):
+        assert event is not None
+        _same(message, event.message)
+        _same(actor, event.actor)
+        assert (key, tokens) == (event.idempotency_key, event.message.tokens)
+    assert checked.ids == [e.message.id for e in singly if e is not None]
+    assert checked.roles == [e.message.role for e in singly if e is not None]
+    assert checked.tool_calls == [e.message.tool_call for e in singly if e is not None]
+    assert (checked.tokens, checked.user_turns) == (
+        sum(checked.each_tokens),
+        checked.roles.count("user"),
+    )
+
+
+def test_a_run_tells_tool_calls_equal_in_value_but_not_in_type_apart() -> None:
+    """Tool calls equal in value but not in type (1, 1.0, True) each get their own
+    validation: a run with one that validation refuses is declined, as its row is."""
+    stamp = to_micros(T0)
+
+    def row(n: int, tokens: object) -> bytes:
+        tool = json.dumps({"tool_name": "s", "prompt_tokens": tokens})
+        return f'{{"a":["acme"],"i":"m{n}","r":"tool","c":"x","t":{tool}}}'.encode()
+
+    taken = [row(n, tokens) for n, tokens in enumerate([1, 1.0, True, 1, True])]
+    checked = checked_messages(taken, [stamp] * len(taken))
+    assert checked is not None
+    for state, message in zip(taken, checked.messages(), strict=True):
+        event = message_added_of_row(state, T0_SID, 5, stamp)
+        assert event is not None
+        _same(message, event.message)
+    refused = [*taken, row(9, 1.5)]
+    assert message_added_of_row(refused[-1], T0_SID, 5, stamp) is None
+    assert checked_messages(refused, [stamp] * len(refused)) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    plain_runs(),
+    principals,
+    st.tuples(st.integers(0, 50), st.integers(0, 500), st.integers(0, 50)),
+    st.integers(0, 5),
+    st.none() | st.just(T0),
+    st.sampled_from([LIVE, "deleted", "erased"]),
+)
+def test_the_facts_of_a_run_are_each_rows_stored_facts(
+    events: list[MessageAdded],
+    first: Principal,
+    before: tuple[int, int, int],
+    commits: int,
+    last_commit: datetime | None,
+    status: Any,
+) -> None:
+    """message_run_facts gives, column by column, what stored_facts gives row by row --
+    whole, and slim for a session started by ``first`` (some of the actors)."""
+    counts = SessionCounters(*before, commits, commits, last_commit, LIVE)
+    after = SessionCounters(0, 0, 0, commits, commits, last_commit, status)
+    if events[0].actor != first and len(events) > 1:
+        events[1] = events[1].model_copy(update={"actor": first})
+    messages = [e.message for e in events]
+    tokens = [m.tokens for m in messages]
+    rows = []
+    pending, turns = counts.pending_tokens, counts.turn_count
+    for n, event in enumerate(events, start=1):
+        pending += event.message.tokens
+        turns += event.message.role == "user"
+        now = after._replace(message_count=counts.message_count + n, pending_tokens=pending,
+                             turn_count=turns)  # fmt: skip
+        rows.append(stored_facts(event, "acme", "k", now))
+    actors, keys = [e.actor for e in events], [e.idempotency_key for e in events]
+    for slim in (False, True):
+        expected = [slim_facts(f, 10 + n, first, compact=True) for n, f in enumerate(rows)]
+        columns = message_run_facts(
+            [m.role for m in messages], [m.tool_call for m in messages], actors, keys, tokens,
+            "acme", "k", counts, after, first, slim=slim,
+        )  # fmt: skip
+        assert columns == list(zip(*(expected if slim else rows), strict=True))
 
 
 def _messages_of(events: list[MessageAdded], ciphers: Any = _keys) -> list[Message]:
@@ -394,33 +527,57 @@ def test_a_doctored_fact_in_a_run_of_messages_is_found_at_its_row(
     assert runs.verify(ADMIN, deep=True).ok
 
 
+def _rewrite_message(ledger: SessionLedger, nth: int, field: str, value: Any) -> int:
+    """Set ``field`` of the ``nth`` message's payload to ``value``, every hash made to fit
+    (no key); returns the row's position."""
+    lines = list(ledger.export(ADMIN))
+    records = [json.loads(line) for line in lines[1:]]
+    target = sorted(
+        (r for r in records if r["topic"] == "MessageAdded"), key=lambda r: r["version"]
+    )[nth]
+
+    def change(edited: list[dict[str, Any]]) -> None:
+        for record in edited:
+            if record["position"] == target["position"]:
+                payload = json.loads(_state_bytes(record))
+                record.pop("event", None)
+                payload[field] = value
+                record["state"] = json.dumps(payload, separators=(",", ":"))
+
+    for record in map(json.loads, _rechained(lines, change)[1:]):
+        _execute(ledger, "UPDATE chatledger_events SET state = :state, hash = :hash WHERE id = :id",
+                 state=_state_bytes(record), hash=bytes.fromhex(record["hash"]),
+                 id=record["position"])  # fmt: skip
+    return int(target["position"])
+
+
+@pytest.mark.parametrize(("field", "value", "edited"), [
+    ("c", "a much longer text than the message had", "pending_tokens"),
+    ("r", "system", "turn_count"),
+    ("t", {"tool_name": "fetch", "prompt_tokens": 1}, "tool_name, prompt_tokens"),
+])  # fmt: skip
+def test_a_payload_inside_a_run_changed_into_another_valid_one_is_found_at_its_row(
+    runs: SessionLedger, field: str, value: Any, edited: str
+) -> None:
+    """A message of a run rewritten into another valid message, its chain made to fit: the
+    default check passes it, the deep one reports the stored facts of exactly that row."""
+    position = _rewrite_message(runs, 3, field, value)
+    assert runs.verify(ADMIN).ok
+    (issue,) = runs.verify(ADMIN, deep=True).issues
+    assert (issue.reason, issue.position) == ("stored facts differ from the event", position)
+    assert issue.found == f"edited fact columns: {edited}"
+
+
 def test_a_row_inside_a_run_that_cannot_be_applied_is_reported_after_earlier_facts(
     runs: SessionLedger,
 ) -> None:
     """A chain-consistent message row with a role no message has, inside a run: reported
     as unreplayable at its row -- after a doctored fact earlier in the same run."""
-    lines = list(runs.export(ADMIN))
-    records = [json.loads(line) for line in lines[1:]]
-    spoilt = sorted(
-        (r for r in records if r["topic"] == "MessageAdded"), key=lambda r: r["version"]
-    )[5]
-
-    def spoil(edited: list[dict[str, Any]]) -> None:
-        for record in edited:
-            if record["position"] == spoilt["position"]:
-                payload = json.loads(_state_bytes(record))
-                record.pop("event", None)
-                payload["r"] = "robot"
-                record["state"] = json.dumps(payload, separators=(",", ":"))
-
-    for record in map(json.loads, _rechained(lines, spoil)[1:]):
-        _execute(runs, "UPDATE chatledger_events SET state = :state, hash = :hash WHERE id = :id",
-                 state=_state_bytes(record), hash=bytes.fromhex(record["hash"]),
-                 id=record["position"])  # fmt: skip
+    position = _rewrite_message(runs, 5, "r", "robot")
     assert runs.verify(ADMIN).ok
     (issue,) = runs.verify(ADMIN, deep=True).issues
-    assert (issue.reason, issue.position) == ("event cannot be replayed", spoilt["position"])
-    earlier = next(r for r in _rows(runs) if r["id"] == spoilt["position"] - 2)
+    assert (issue.reason, issue.position) == ("event cannot be replayed", position)
+    earlier = next(r for r in _rows(runs) if r["id"] == position - 2)
     _mutate_column(runs, earlier, "pending_tokens", at=1)
     (issue,) = runs.verify(ADMIN, deep=True).issues
     assert (issue.reason, issue.position) == ("stored facts differ from the event", earlier["id"])

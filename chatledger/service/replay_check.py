@@ -11,22 +11,38 @@ not covered by the hash chain, so only this check finds them doctored.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
+from itertools import compress, islice, repeat
+from operator import itemgetter, ne
 from typing import Any
 from uuid import UUID
 
 from chatledger.adapters.chain import BrokenLink, ChainRow
-from chatledger.adapters.codec import BuiltMessages, is_compact, message_added_of_row
+from chatledger.adapters.codec import (
+    BuiltMessages,
+    checked_messages,
+    is_compact,
+    message_added,
+    message_added_of_row,
+)
 from chatledger.adapters.mapper import PydanticMapper
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.events import Forked, MessageAdded, Started
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.identity import session_id
+from chatledger.domain.message_runs import MessageRun
 from chatledger.domain.session import Session, SessionCounters
 from chatledger.domain.values import Principal
-from chatledger.projections.facts import StoredFacts, edited_facts, stored_facts
+from chatledger.projections.facts import (
+    StoredFacts,
+    edited_facts,
+    message_run_facts,
+    stored_facts,
+)
 
 _FACTS_AT = 7  # where a scanned row's facts start (adapters.chain_scan)
+_version, _topic, _state, _stamp = (itemgetter(n) for n in (2, 3, 4, 5))  # of a scanned row
 
 
 class Unreplayable(Exception):
@@ -144,9 +160,10 @@ def check_replay(
     session: Session | None = None
     mapper = _mapper(store)
     index, count = 0, len(rows)
+    topics, versions = list(map(_topic, rows)), list(map(_version, rows))
     while index < count:
         if session is not None:
-            run = _message_run(rows, index, stored)
+            run = rows[index : _message_run_end(topics, versions, index, stored)]
             if len(run) > 1:
                 session, done, problem = _check_messages(mapper, sid, run, session)
                 if problem is not None:
@@ -182,18 +199,20 @@ def check_replay(
     return None
 
 
-def _message_run(
-    rows: Sequence[tuple[Any, ...]], index: int, stored: dict[int, Any]
-) -> Sequence[tuple[Any, ...]]:
-    """The rows of format-2 messages from ``index`` on, ending at the first one with a
-    stored snapshot (its state is compared right after it)."""
-    end = index
-    count = len(rows)
-    while end < count and rows[end][3] == "MessageAdded":
-        end += 1
-        if rows[end - 1][2] in stored:
-            break
-    return rows[index:end]
+def _message_run_end(
+    topics: list[str], versions: list[int], index: int, stored: dict[int, Any]
+) -> int:
+    """Where the run of format-2 messages from ``index`` on ends: at the first row of
+    another topic, or right after the first with a stored snapshot (its state is compared
+    right after it). Found in passes of C code."""
+    others = map(ne, islice(topics, index, None), repeat("MessageAdded"))
+    end = next(compress(range(index, len(topics)), others), len(topics))
+    if stored:
+        snapshot = map(stored.__contains__, islice(versions, index, end))
+        at = next(compress(range(index, end), snapshot), None)
+        if at is not None:
+            return at + 1
+    return end
 
 
 def _check_messages(
@@ -202,33 +221,52 @@ def _check_messages(
     """Apply a run of message rows to ``session`` at once and compare each row's facts with
     the facts of applying them one by one. Returns the session, how many rows were
     applied (up to the first that does not decode, left to the caller), and the first
-    row whose facts differ."""
+    row whose facts differ.
+
+    The usual run is decoded and its facts compared column by column, in passes over
+    the whole run (``checked_messages``, ``message_run_facts``); a run that is not
+    all slim or all whole facts equal to the replayed ones -- a doctored one -- is
+    compared row by row, which names the first row that differs."""
+    checked = None
+    if not mapper.plain_bytes_changed:
+        checked = checked_messages(list(map(_state, run)), list(map(_stamp, run)))
     events: list[MessageAdded] = []
-    fast = not mapper.plain_bytes_changed
-    for row in run:
-        event = message_added_of_row(row[4], sid, row[2], row[5]) if fast else None
-        if event is None:
-            try:
-                event = mapper.event_of_row(sid, row[2], row[3], row[4], row[5])
-            except Exception:  # the one-by-one replay reports it
-                break
-            if type(event) is not MessageAdded:
-                break
-        events.append(event)
-    if not events:
-        return session, 0, None
-    messages = [event.message for event in events]
-    tokens = [message.tokens for message in messages]
+    run_of: MessageRun
+    if checked is None:
+        events = _decoded_messages(mapper, sid, run)
+        if not events:
+            return session, 0, None
+        messages = [event.message for event in events]
+        tokens = [message.tokens for message in messages]
+        run_of, when = BuiltMessages(messages, tokens), events[-1].timestamp
+    else:
+        messages, tokens = checked.messages(), checked.each_tokens
+        # A checked message's time is its event's (checked_messages takes no other).
+        run_of, when = checked, messages[-1].created_at
+    count = len(messages)
     before = session.counters()
-    last = events[-1]
     try:
-        session.replay_run(BuiltMessages(messages, tokens), last.originator_version, last.timestamp)
+        session.replay_run(run_of, run[count - 1][2], when)
     except ValueError:  # not the next versions (chain-verified rows are): one by one
         return session, 0, None
-    # After each message: the counters after the run, with the three it moves counted so far.
     after = session.counters()
-    messages_now, pending, turns = before[0], before[1], before[2]
-    tenant, key, rest = session.tenant, session.key, after[3:]
+    first, tenant, key = session.started_by, session.tenant, session.key
+    if checked is not None:
+        stored = list(zip(*run, strict=True))[_FACTS_AT:]
+        facts = partial(
+            message_run_facts, checked.roles, checked.tool_calls, checked.actors, checked.keys,
+            tokens, tenant, key, before, after, first,
+        )  # fmt: skip
+        if stored == facts(slim=True) or stored == facts(slim=False):
+            return session, count, None
+        events = [
+            message_added(sid, row[2], message.created_at, actor, idempotency_key, message)
+            for row, message, actor, idempotency_key in zip(
+                run, messages, checked.actors, checked.keys, strict=True
+            )
+        ]
+    # After each message: the counters after the run, with the three it moves counted so far.
+    messages_now, pending, turns, rest = before[0], before[1], before[2], after[3:]
     counted = SessionCounters._make  # a tuple as it stands (the generated __new__ binds 7)
     for row, event, message, used in zip(run, events, messages, tokens, strict=False):
         messages_now += 1
@@ -236,10 +274,30 @@ def _check_messages(
         if message.role == "user":
             turns += 1
         expected = stored_facts(event, tenant, key, counted((messages_now, pending, turns, *rest)))
-        problem = _facts_problem(sid, row, expected, session.started_by)
+        problem = _facts_problem(sid, row, expected, first)
         if problem is not None:
-            return session, len(events), problem
-    return session, len(events), None
+            return session, count, problem
+    return session, count, None
+
+
+def _decoded_messages(
+    mapper: PydanticMapper, sid: UUID, run: Sequence[tuple[Any, ...]]
+) -> list[MessageAdded]:
+    """The events of a run's rows, one by one, up to the first that does not decode into a
+    ``MessageAdded`` (the one-by-one replay reports it)."""
+    events: list[MessageAdded] = []
+    fast = not mapper.plain_bytes_changed
+    for row in run:
+        event = message_added_of_row(row[4], sid, row[2], row[5]) if fast else None
+        if event is None:
+            try:
+                event = mapper.event_of_row(sid, row[2], row[3], row[4], row[5])
+            except Exception:
+                break
+            if type(event) is not MessageAdded:
+                break
+        events.append(event)
+    return events
 
 
 def _facts_problem(
