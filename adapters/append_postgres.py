@@ -67,6 +67,7 @@ from sqlalchemy import Engine, Table
 from sqlalchemy import Sequence as DbSequence
 
 from chatledger.adapters.chain import GENESIS, ChainRow, link_hash
+from chatledger.adapters.schema import stored_uuid
 from chatledger.adapters.store_errors import OutcomeUnknown
 from chatledger.projections.facts import StoredFacts
 
@@ -194,7 +195,7 @@ class PostgresAppender:
         spares = writer.spares
         if spares and len(rows) == 1:
             row = rows[0]
-            oid = _uuid(row.originator_id)
+            oid = stored_uuid(row.originator_id)
             with self._lock:
                 head = self._heads.get(oid.int)
             version = row.originator_version
@@ -212,7 +213,7 @@ class PostgresAppender:
         batch: dict[int, int] = {}  # session -> version of its row before, in this batch
         with self._lock:
             for row in rows:
-                oid = _uuid(row.originator_id)
+                oid = stored_uuid(row.originator_id)
                 version = row.originator_version
                 before = batch.get(oid.int)
                 batch[oid.int] = version
@@ -246,7 +247,7 @@ class PostgresAppender:
         heads: dict[int, Head] = {}
         values: list[tuple[Any, ...]] = []
         for row, position in zip(rows, positions, strict=True):
-            oid = _uuid(row.originator_id)
+            oid = stored_uuid(row.originator_id)
             version = row.originator_version
             head = heads.get(oid.int)
             if version == 1:
@@ -383,7 +384,7 @@ class PostgresAppender:
     def _forget(self, rows: Sequence[StoredEvent]) -> None:
         with self._lock:
             for row in rows:
-                self._heads.pop(_uuid(row.originator_id).int, None)
+                self._heads.pop(stored_uuid(row.originator_id).int, None)
 
 
 class _Notifier:
@@ -460,10 +461,6 @@ def channel_of(schema: str | None) -> str:
 def _columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
     """Rows turned into one list per column (the arrays ``unnest`` takes)."""
     return [list(column) for column in zip(*rows, strict=True)]
-
-
-def _uuid(value: UUID | str) -> UUID:
-    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def _predecessor(found: Any, oid: UUID, version: int) -> bytes:

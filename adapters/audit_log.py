@@ -13,7 +13,7 @@ from sqlalchemy import Connection, select
 from chatledger.adapters.codec import PAYLOAD_COLUMNS, add_summaries
 from chatledger.adapters.fact_reads import event_type_of, fill_rows
 from chatledger.adapters.mapper import TimedStoredEvent
-from chatledger.adapters.schema import events_table, orders_by_transaction
+from chatledger.adapters.schema import events_table, orders_by_transaction, stored_uuid
 
 
 def query_audit(
@@ -98,7 +98,7 @@ def query_rows_at(connection: Connection, positions: Iterable[int]) -> list[Stor
     )
     return [
         TimedStoredEvent(
-            originator_id=oid if isinstance(oid, UUID) else UUID(str(oid)),
+            originator_id=stored_uuid(oid),
             originator_version=int(version),
             topic=topic,
             state=bytes(state),

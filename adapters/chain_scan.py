@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from chatledger.adapters.recorders import SqlEventRecorder, SqlSnapshotRecorder
+from chatledger.adapters.schema import stored_uuid
 from chatledger.projections.facts import FACT_COLUMNS
 
 _BATCH = 2000
@@ -80,7 +81,7 @@ def snapshot_versions(
             cursor.execute(sql, params)
             for oid, version in cursor.fetchall():
                 try:
-                    sid = oid if isinstance(oid, UUID) else UUID(str(oid))
+                    sid = stored_uuid(oid)
                 except ValueError:
                     continue
                 found.setdefault(sid, []).append(int(version))

@@ -21,7 +21,7 @@ from uuid import UUID
 from sqlalchemy import Connection, case, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from chatledger.adapters.schema import events_table
+from chatledger.adapters.schema import events_table, stored_uuid
 from chatledger.domain.session import LIVE
 
 _t = events_table
@@ -71,8 +71,7 @@ def first_rows(connection: Connection, session_ids: Iterable[UUID]) -> dict[UUID
             _t.c.originator_id.in_(wanted[start : start + _LOOKUP_BATCH]),
         )
         for oid, tenant, key, *actor in connection.execute(query):
-            sid = oid if isinstance(oid, UUID) else UUID(str(oid))
-            found[sid] = FirstRow(tenant, key, tuple(actor))
+            found[stored_uuid(oid)] = FirstRow(tenant, key, tuple(actor))
     return found
 
 
@@ -88,9 +87,9 @@ def fill_rows(
     slim = [r for r in rows if r[tenant] == "" or r.get("actor_account") == ""]
     if not slim:
         return rows
-    firsts = first_rows(connection, (_uuid(r["session_id"]) for r in slim))
+    firsts = first_rows(connection, (stored_uuid(r["session_id"]) for r in slim))
     for row in slim:
-        first = firsts.get(_uuid(row["session_id"]))
+        first = firsts.get(stored_uuid(row["session_id"]))
         if first is None:  # its first row is gone (verify reports that): leave it as stored
             continue
         if row[tenant] == "":
@@ -113,10 +112,10 @@ def fill_tuples(
     slim = [r for r in rows if r[tenant] == "" or r[actors[0]] == ""]
     if not slim:
         return list(rows)
-    firsts = first_rows(connection, (_uuid(r[session]) for r in slim))
+    firsts = first_rows(connection, (stored_uuid(r[session]) for r in slim))
     filled: list[Sequence[Any]] = []
     for row in rows:
-        first = firsts.get(_uuid(row[session])) if (
+        first = firsts.get(stored_uuid(row[session])) if (
             row[tenant] == "" or row[actors[0]] == ""
         ) else None  # fmt: skip
         if first is None:
@@ -130,7 +129,3 @@ def fill_tuples(
                 values[at] = value
         filled.append(tuple(values))
     return filled
-
-
-def _uuid(value: Any) -> UUID:
-    return value if isinstance(value, UUID) else UUID(str(value))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any, NamedTuple
+from uuid import UUID
 
 from sqlalchemy import (
     BigInteger,
@@ -53,6 +54,12 @@ CARRIES_ARCHIVES = "event_type IN ({})".format(", ".join(f"'{t}'" for t in ARCHI
 CARRIES_ARCHIVES_SQLITE = "({})".format(
     " OR ".join(f"event_type = '{t}'" for t in ARCHIVE_EVENT_TYPES)
 )
+
+
+def stored_uuid(value: Any) -> UUID:
+    """A session id as read from either driver: PostgreSQL's gives a ``UUID``, SQLite's
+    the 32 hex digits it stores (``ValueError`` if it is neither)."""
+    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def carries_archives(dialect: str) -> str:

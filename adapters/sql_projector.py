@@ -72,6 +72,7 @@ from chatledger.adapters.schema import (
     carries_archives,
     events_table,
     orders_by_transaction,
+    stored_uuid,
 )
 from chatledger.adapters.sql_read_models import (
     STAGE_COLUMNS,
@@ -264,7 +265,7 @@ class EventLog:
             # Slim rows, whole: the staged copy has no first rows to fill them in from.
             rows = fill_tuples(connection, found, STAGE_COLUMNS)
         session = STAGE_COLUMNS.index("originator_id")
-        native = _uuid_text if to_dialect == "sqlite" else _uuid_value
+        native = _uuid_text if to_dialect == "sqlite" else stored_uuid
         return [(*r[:session], native(r[session]), *r[session + 1 :]) for r in rows]
 
     def archive_events(self, after: LogCursor, last: LogCursor) -> list[ArchiveEvent]:
@@ -366,11 +367,6 @@ def _with_identity(row: Any, firsts: dict[UUID, FirstRow]) -> Any:
 def _uuid_text(value: Any) -> str:
     """A session id as SQLite stores it (32 hex digits), from either driver's form."""
     return value.hex if isinstance(value, UUID) else str(value)
-
-
-def _uuid_value(value: Any) -> UUID:
-    """A session id as PostgreSQL's driver takes it, from either driver's form."""
-    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 def _add_cursor_transactions(connection: Connection) -> None:
