@@ -130,6 +130,9 @@ def _json_writer() -> Callable[[Any], str]:
 json_text = _json_writer()
 """The compact JSON text every payload is (see ``_json_writer``)."""
 _loads = json.JSONDecoder().decode
+# Payloads parsed with their keys cached, not their values: ids and texts are unique, and
+# looking them up costs more.
+_parsed = partial(from_json, cache_strings="keys")
 _string = encode_basestring  # a str as JSON, as json_text writes it (not ASCII-only)
 _last_actor: list[tuple[Principal | None, str]] = [(None, "")]  # the last principal, its JSON
 
@@ -347,8 +350,7 @@ def decode_payloads(
     """The JSON values of consecutive payloads, parsed in one pass, sealed ones opened by
     ``opener(payload, sealed)``. Raises ``ValueError`` if a payload is not JSON, or is
     sealed and there is no ``opener``."""
-    # Keys cached, not values: ids and texts are unique, and looking them up costs more.
-    decoded: list[Any] = from_json(_json_array(states), cache_strings="keys")
+    decoded: list[Any] = _parsed(_json_array(states))
     if len(decoded) != len(states):
         raise ValueError("a payload holds more than one JSON value")
     try:  # in C: a plain run is not walked again
@@ -780,8 +782,6 @@ _RUN_KEYS = frozenset({"a", "i", "r", "c", "n", "t", "k"})  # what checked_messa
 _REQUIRED = itemgetter("a", "i", "r", "c")
 _get_key = methodcaller("get", "k")
 _STRINGS = {str}
-# Keys cached, not values: ids and texts are unique, and looking them up costs more.
-_parsed = partial(from_json, cache_strings="keys")
 _OPTIONAL_STRINGS = {str, type(None)}
 
 

@@ -128,27 +128,21 @@ def stored_facts(
     last_us = None if last_commit is None else to_micros(last_commit)
     if first is None or event.originator_version == 1:
         head: tuple[object, ...] = (
-            type(event).__name__, tenant, key, a.account_id, a.user_id, a.agent_id, a.role,
-            a.trace_id, after.message_count, after.pending_tokens, after.turn_count,
-            after.commit_count, after.archive_count, last_us, after.status,
+            type(event).__name__, tenant, key, *_actor_fields(a), after.message_count,
+            after.pending_tokens, after.turn_count, after.commit_count, after.archive_count,
+            last_us, after.status,
         )  # fmt: skip
     else:  # slim
         name = type(event).__name__
         named = name if summary or name in _NAMED_BY_TYPE else ""
         status = after.status
         # (Principal is a frozen model of five strings: its __dict__ is those fields.)
-        if a is first or a.__dict__ == first.__dict__:
-            head = (
-                named, "", "", "", "", "", "", "", after.message_count, after.pending_tokens,
-                after.turn_count, after.commit_count, after.archive_count, last_us,
-                "" if status == LIVE else status,
-            )  # fmt: skip
-        else:
-            head = (
-                named, "", "", a.account_id, a.user_id, a.agent_id, a.role, a.trace_id,
-                after.message_count, after.pending_tokens, after.turn_count, after.commit_count,
-                after.archive_count, last_us, "" if status == LIVE else status,
-            )  # fmt: skip
+        same = a is first or a.__dict__ == first.__dict__
+        head = (
+            named, "", "", *(_SAME_ACTOR if same else _actor_fields(a)), after.message_count,
+            after.pending_tokens, after.turn_count, after.commit_count, after.archive_count,
+            last_us, "" if status == LIVE else status,
+        )  # fmt: skip
     write_key = event.idempotency_key
     line = summarize(event) if summary else ""
     # _make: a tuple of the fields as it stands (the generated __new__ binds 23 arguments).
@@ -176,7 +170,7 @@ def slim_facts(facts: StoredFacts, version: int, first: Principal, *, compact: b
     if compact and named not in _NAMED_BY_TYPE:
         named = ""
     actor = facts[3:8]
-    if actor == (first.account_id, first.user_id, first.agent_id, first.role, first.trace_id):
+    if actor == _actor_fields(first):
         actor = _SAME_ACTOR
     status = "" if facts.status == LIVE else facts.status
     return _make((named, "", "", *actor, *facts[8:14], status, *facts[15:]))
