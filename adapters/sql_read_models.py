@@ -51,6 +51,7 @@ from sqlalchemy import (
     update,
 )
 
+from chatledger.adapters.fact_reads import status_sql
 from chatledger.adapters.schema import LogCursor, events_table
 from chatledger.domain.access import SCOPE_PREFIX
 from chatledger.domain.limits import MAX_INT, MAX_TOKENS
@@ -236,7 +237,7 @@ UPDATE chatledger_working_set SET
     commit_count = e.commit_count,
     archive_count = e.archive_count,
     last_commit_us = e.last_commit_us,
-    status = CASE WHEN e.status <> '' THEN e.status ELSE 'live' END,
+    status = {status},
     last_activity_us = e.timestamp_us,
     version = e.originator_version
 FROM ({touched}) AS d JOIN {source} e ON e.id = d.last_id
@@ -298,7 +299,7 @@ class WorkingSetModel(SqlReadModel):
             if count < few:
                 touched = _TOUCHED_BY_SESSION
         statement = _WS_UPDATE.format(
-            source=source, touched=touched.format(source=source, span=where)
+            source=source, touched=touched.format(source=source, span=where), status=status_sql("e")
         )
         connection.execute(text(statement), span.bounds)
 

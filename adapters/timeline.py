@@ -71,9 +71,7 @@ def query_timeline(
         query = query.where(_t.c.originator_version < before_version)
     version = _t.c.originator_version
     query = query.order_by(version.desc() if newest else version.asc()).limit(limit)
-    rows = add_summaries(
-        fill_rows(connection, [dict(r) for r in connection.execute(query).mappings()])
-    )
+    rows = _rows(connection, query)
     if newest:
         rows.reverse()
     return rows
@@ -88,9 +86,7 @@ def query_versions(
         .where(_t.c.originator_id == session_id, _t.c.originator_version.in_(list(versions)))
         .order_by(_t.c.originator_version)
     )
-    return add_summaries(
-        fill_rows(connection, [dict(r) for r in connection.execute(query).mappings()])
-    )
+    return _rows(connection, query)
 
 
 def _rows(connection: Connection, query: Select[Any]) -> list[dict[str, Any]]:
