@@ -83,8 +83,9 @@ class SessionCounters(NamedTuple):
     status: SessionStatus  # LIVE, EVICTED (idle, LRU, admin) or CLOSED (by its client)
 
 
-# A SessionCounters of a tuple as it stands: tuple.__new__ itself (C), not _make's Python.
-_counters = partial(tuple.__new__, SessionCounters)
+counters_of = partial(tuple.__new__, SessionCounters)
+"""A ``SessionCounters`` of a tuple of its seven values as it stands: ``tuple.__new__``
+itself (C code), not ``_make``'s Python -- for what runs once per event."""
 ArchiveRef = tuple[int, int]
 """Where a live archive was recorded: (version of the event, index among its archives)."""
 
@@ -715,7 +716,7 @@ class Session(BaseAggregate[UUID]):
         """The counters and status now."""
         # A tuple as it stands (the generated __new__ binds seven arguments): this runs
         # after every event.
-        return _counters((
+        return counters_of((
             self.message_count, self.pending_tokens, self.turn_count, self.commit_count,
             len(self.archives), self.last_commit_at, self.status,
         ))  # fmt: skip

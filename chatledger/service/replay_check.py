@@ -32,7 +32,7 @@ from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.identity import session_id
 from chatledger.domain.message_runs import MessageRun
-from chatledger.domain.session import Session, SessionCounters
+from chatledger.domain.session import Session, counters_of
 from chatledger.domain.values import Principal
 from chatledger.projections.facts import (
     StoredFacts,
@@ -267,13 +267,14 @@ def _check_messages(
         ]
     # After each message: the counters after the run, with the three it moves counted so far.
     messages_now, pending, turns, rest = before[0], before[1], before[2], after[3:]
-    counted = SessionCounters._make  # a tuple as it stands (the generated __new__ binds 7)
     for row, event, message, used in zip(run, events, messages, tokens, strict=False):
         messages_now += 1
         pending += used
         if message.role == "user":
             turns += 1
-        expected = stored_facts(event, tenant, key, counted((messages_now, pending, turns, *rest)))
+        expected = stored_facts(
+            event, tenant, key, counters_of((messages_now, pending, turns, *rest))
+        )
         problem = _facts_problem(sid, row, expected, first)
         if problem is not None:
             return session, count, problem
