@@ -93,13 +93,12 @@ def _current_transaction(element: _WritingTransaction, compiler: SQLCompiler, **
     return _writing_transaction(0)
 
 
+_CURRENT_XACT = "pg_current_xact_id()::text::bigint"  # PostgreSQL: this transaction's id
+
+
 def _writing_transaction(offset: int) -> str:
     """PostgreSQL: the ``tx_id`` of a row inserted now (see ``align_log_order``)."""
-    return (
-        f"(pg_current_xact_id()::text::bigint + {offset})"
-        if offset
-        else ("(pg_current_xact_id()::text::bigint)")
-    )
+    return f"({_CURRENT_XACT} + {offset})" if offset else f"({_CURRENT_XACT})"
 
 
 LOG_TX_OFFSET = "log_tx_offset"
@@ -356,7 +355,7 @@ def align_log_order(connection: Connection) -> int | None:
         return None
     newest = int(newest)
     offset = int(connection.exec_driver_sql(f"SELECT {LOG_TX_OFFSET_SQL}").scalar_one())
-    now = int(connection.exec_driver_sql("SELECT pg_current_xact_id()::text::bigint").scalar_one())
+    now = int(connection.exec_driver_sql(f"SELECT {_CURRENT_XACT}").scalar_one())
     if now + offset > newest:
         return None
     offset = newest - now + 1
