@@ -151,25 +151,23 @@ def _json_bound(value: object, depth: int) -> int:
     elif kind is list or kind is tuple:
         total = 2
         members = value
-    else:
-        members = None
-    if members is not None:
-        # An ASCII string inside is bounded here, without a call (most of an item's nodes).
-        inline = depth < MAX_JSON_DEPTH
-        for member in members:
-            if inline and type(member) is str and member.isascii():
-                total += 3 + 6 * len(member)  # with its comma
-            else:
-                size = _json_bound(member, depth + 1)
-                if size < 0:
-                    return -1
-                total += 1 + size
-        return total
-    if kind is int:
+    elif kind is int:
         return 20 if MIN_INT <= value <= MAX_INT else -1  # type: ignore[operator]
-    if kind is float:
+    elif kind is float:
         return 25 if math.isfinite(value) else -1  # type: ignore[arg-type]
-    return 5 if value is None or kind is bool else -1
+    else:
+        return 5 if value is None or kind is bool else -1
+    # An ASCII string inside is bounded here, without a call (most of an item's nodes).
+    inline = depth < MAX_JSON_DEPTH
+    for member in members:
+        if inline and type(member) is str and member.isascii():
+            total += 3 + 6 * len(member)  # with its comma
+        else:
+            size = _json_bound(member, depth + 1)
+            if size < 0:
+                return -1
+            total += 1 + size
+    return total
 
 
 def _check_json_node(value: object, where: str, depth: int) -> None:
