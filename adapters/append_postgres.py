@@ -18,10 +18,16 @@ are the only contention:
    event (several in one statement, through ``unnest``); when the
    connection's spare positions run low, a single insert also draws the
    next ``_SPARES`` of them. The row's ``tx_id`` is filled in by the column
-   default (``pg_current_xact_id()``).
+   default (``pg_current_xact_id()``). A single row -- the usual append --
+   goes straight to libpq: a statement prepared once per connection, its
+   parameters already in PostgreSQL's binary form. psycopg's ``execute``
+   costs the client about three times the CPU, and with many writers on a
+   few cores that CPU is what limits them, not the server.
 3. **Wake the projectors**, after the commit and off the writer's path: a
-   thread of this appender sends ``NOTIFY`` on the projectors' channel, in a
-   transaction of its own. Not in the append's transaction: PostgreSQL
+   thread of this appender sends ``NOTIFY`` on the projectors' channel, an
+   autocommitted statement on the appender connection idle longest (appends
+   keep to the one they used last: its spare positions are the newest).
+   Not in the append's transaction: PostgreSQL
    serialises the commits of all transactions that notify (a database-wide
    lock taken before the commit record and released after its flush, so
    that notifications queue in commit order), which would bring back the
@@ -55,12 +61,16 @@ when the insert may or may not have committed, as ``OutcomeUnknown``.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
+from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 from uuid import UUID
+from weakref import WeakKeyDictionary
 
 from eventsourcing.persistence import DatabaseError, IntegrityError, OperationalError, StoredEvent
 from sqlalchemy import Engine, Table
@@ -78,6 +88,20 @@ _KEPT_IDLE = 8  # idle connections kept for the next appends
 _NOTIFY_GAP = 0.02  # seconds: at most one notification per gap while appends keep coming
 _IMPORT_CHUNK = 5000  # rows per statement of an import
 _SPARES = 16  # positions a connection draws ahead, with one of its inserts
+
+_OK = (1, 2)  # libpq's PGRES_COMMAND_OK, PGRES_TUPLES_OK
+_SQLSTATE = 67  # libpq's PG_DIAG_SQLSTATE field code ("C")
+_MISSING_STATEMENT = b"26000"  # SQLSTATE: the named prepared statement is not there
+_INSERT_ONE = b"chatledger_append_one"
+_INSERT_ONE_DRAWING = b"chatledger_append_one_drawing"
+_PACK_INT8 = struct.Struct(">q").pack
+_PARAMETERS: dict[str, tuple[int, Callable[[Any], bytes]]] = {
+    # the events table's column types: (type OID, the value in PostgreSQL's binary form)
+    "BIGINT": (20, _PACK_INT8),
+    "UUID": (2950, lambda value: value.bytes),
+    "TEXT": (25, str.encode),  # UTF-8; the server refuses a NUL (never sent: values refuse it)
+    "BYTEA": (17, bytes),
+}
 
 Head = tuple[int, bytes, int]
 """A session's newest event as this process appended it: (version, hash, position)."""
@@ -117,7 +141,8 @@ class PostgresAppender:
         self._idle: list[_Writer] = []
         self._pid = os.getpid()  # connections and the notifier belong to one process
         self._closed = False
-        self._notifier = _Notifier(engine)
+        self._notifier = _Notifier(self._notify)
+        self._sql_notify = b""  # NOTIFY on the ledger's channel, once the schema is known
         self._heads: OrderedDict[int, Head] = OrderedDict()  # by UUID.int
         name = table.name
         columns = [c for c in table.columns if c.name != "tx_id"]  # tx_id: the column default
@@ -130,6 +155,22 @@ class PostgresAppender:
             f"{self._sql_insert_one} RETURNING ARRAY(SELECT {draw} FROM generate_series(1, "
             f"{_SPARES}))"
         )
+        # One row goes through libpq itself (``_run``): a statement prepared once per
+        # connection, its parameters already in binary form -- a third of the client's
+        # CPU of psycopg's ``execute``, which writers sharing a few cores feel.
+        types = [_PARAMETERS[c.type.compile(dialect=engine.dialect)] for c in columns]
+        self._oids = [oid for oid, _ in types]
+        self._encoders = [encode for _, encode in types]
+        self._formats = [1] * len(columns)  # binary, every parameter
+        numbered = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+        self._pq_statements = {
+            _INSERT_ONE: f"INSERT INTO {name} ({names}) VALUES ({numbered})".encode(),
+            _INSERT_ONE_DRAWING: (
+                f"INSERT INTO {name} ({names}) VALUES ({numbered}) RETURNING "
+                f"ARRAY(SELECT {draw} FROM generate_series(1, {_SPARES}))"
+            ).encode(),
+        }
+        self._prepared: WeakKeyDictionary[Any, set[bytes]] = WeakKeyDictionary()
         arrays = ", ".join(f"%s::{c.type.compile(dialect=engine.dialect)}[]" for c in columns)
         self._sql_insert_many = f"INSERT INTO {name} ({names}) SELECT * FROM unnest({arrays})"
         self._sql_draw = f"SELECT {draw} FROM generate_series(1, %s)"
@@ -199,11 +240,16 @@ class PostgresAppender:
             with self._lock:
                 head = self._heads.get(oid.int)
             version = row.originator_version
-            if version == 1 or (
-                head is not None and head[0] == version - 1 and head[2] < spares[0]
-            ):
-                previous = {} if head is None else {(oid.int, head[0]): head[1]}
-                return self._chain(rows, [spares.pop(0)], previous)
+            if version == 1:
+                return self._chain(rows, [spares.pop(0)], {})
+            if head is not None and head[0] == version - 1:
+                if spares[0] <= head[2]:
+                    # Drawn before another connection wrote the head: of no use to this
+                    # session, nor (being older) much to others. Dropped, they leave gaps,
+                    # and the insert draws fresh ones.
+                    del spares[: bisect_right(spares, head[2])]
+                if spares:
+                    return self._chain(rows, [spares.pop(0)], {(oid.int, head[0]): head[1]})
         return self.number(writer.cursor, rows)
 
     def number(self, cursor: Any, rows: Sequence[StoredEvent]) -> Numbered:
@@ -275,12 +321,68 @@ class PostgresAppender:
         rows = numbered.rows
         if len(rows) > 1:
             cursor.execute(self._sql_insert_many, _columns(rows))
+        elif not cursor.connection.autocommit or cursor.connection.pgconn.transaction_status:
+            # In a transaction of the caller's (open, or opened by psycopg with the statement).
+            cursor.execute(self._sql_insert_one_drawing if draw else self._sql_insert_one, rows[0])
+            if draw:
+                return sorted(int(p) for p in cursor.fetchone()[0])
         elif draw:
-            cursor.execute(self._sql_insert_one_drawing, rows[0])
-            return sorted(int(p) for p in cursor.fetchone()[0])
+            result = self._run(cursor.connection, _INSERT_ONE_DRAWING, rows[0])
+            drawn: bytes = result.get_value(0, 0)  # the array in text form: b"{7,8,9}"
+            return sorted(int(p) for p in drawn[1:-1].split(b","))
         else:
-            cursor.execute(self._sql_insert_one, rows[0])
+            self._run(cursor.connection, _INSERT_ONE, rows[0])
         return []
+
+    def _run(self, connection: Any, statement: bytes, row: tuple[Any, ...]) -> Any:
+        """Run a prepared one-row ``statement`` on ``connection``'s libpq connection, which
+        is in autocommit mode: the statement is a transaction of its own.
+
+        Prepared on first use on each connection; prepared again if the server
+        lost it (a ``DEALLOCATE ALL``, say) -- the statement then did not run.
+        Errors leave as psycopg's exceptions, as from ``cursor.execute``.
+        """
+        values = [None if v is None else e(v) for e, v in zip(self._encoders, row, strict=True)]
+        pgconn = connection.pgconn
+        with self._lock:
+            prepared = self._prepared.setdefault(connection, set())
+        for attempt in (1, 2):
+            if statement not in prepared:
+                sql = self._pq_statements[statement]
+                self._check(connection, pgconn.prepare(statement, sql, self._oids))
+                prepared.add(statement)
+            result = pgconn.exec_prepared(statement, values, self._formats)
+            if result.status in _OK:
+                return result
+            if attempt == 1 and result.error_field(_SQLSTATE) == _MISSING_STATEMENT:
+                prepared.discard(statement)
+                continue
+            self._check(connection, result)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check(self, connection: Any, result: Any) -> None:
+        if result.status not in _OK:
+            raise self.dbapi.errors.error_from_result(result, encoding=connection.info.encoding)
+
+    def _notify(self) -> None:
+        """Send one ``NOTIFY`` (autocommitted) on a connection of this appender."""
+        with self._lent() as writer:
+            connection = writer.fairy.dbapi_connection
+            if not self._sql_notify:
+                self._sql_notify = f"NOTIFY {append_channel(connection)}".encode()
+            self._check(connection, connection.pgconn.exec_(self._sql_notify))
+
+    @contextmanager
+    def _lent(self) -> Iterator[_Writer]:
+        """A connection for other work than appends: the one idle longest, given back as
+        such, so that appends keep the one they used last (see ``_take``)."""
+        writer, _ = self._take(cold=True)
+        try:
+            yield writer
+        except BaseException:
+            writer.discard()
+            raise
+        self._give(writer, cold=True)
 
     # ---------------------------------------------------------------- import
     def insert_exported(self, rows: Sequence[ChainRow], facts: Sequence[StoredFacts]) -> None:
@@ -327,17 +429,22 @@ class PostgresAppender:
                 idle.spares.clear()  # drawn before the sequence moved: may be taken
 
     # ----------------------------------------------------------- connections
-    def _take(self, *, fresh: bool = False) -> tuple[_Writer, bool]:
-        """A connection of this appender (autocommit) and whether it was used before."""
+    def _take(self, *, fresh: bool = False, cold: bool = False) -> tuple[_Writer, bool]:
+        """A connection of this appender (autocommit) and whether it was used before.
+
+        Appends take the connection used last (its spare positions are the newest,
+        so above the heads it just wrote); ``cold`` takes the one idle longest, which
+        is what the notifier borrows, so that it does not come between the two.
+        """
         with self._lock:
             if self._pid != os.getpid():
                 # A forked child: the parent's connections are not ours to use (nor to
                 # close: that would end the parent's sessions). Start afresh.
                 self._pid = os.getpid()
                 self._idle = []
-                self._notifier = _Notifier(self.engine)
+                self._notifier = _Notifier(self._notify)
             if not fresh and self._idle:
-                return self._idle.pop(), True
+                return self._idle.pop(0 if cold else -1), True
         return _Writer(self._connect()), False
 
     def _connect(self) -> Any:
@@ -357,10 +464,10 @@ class PostgresAppender:
             raise OperationalError(str(error)) from error
         return fairy
 
-    def _give(self, writer: _Writer) -> None:
+    def _give(self, writer: _Writer, *, cold: bool = False) -> None:
         with self._lock:
             if not self._closed and len(self._idle) < _KEPT_IDLE:
-                self._idle.append(writer)
+                self._idle.insert(0 if cold else len(self._idle), writer)
                 return
         writer.fairy.close()
 
@@ -390,12 +497,12 @@ class PostgresAppender:
 class _Notifier:
     """Wakes the projectors (``NOTIFY``) after appends commit, from a thread of its own.
 
-    It borrows a connection of the engine's pool for each notification (none
-    is kept open for it: a process of many ledgers would hold too many).
+    ``send`` sends one notification (on a connection the appender keeps: one
+    round trip, no pool checkout, no transaction around it).
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, send: Callable[[], None]) -> None:
+        self._send = send
         self._wanted = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -414,19 +521,13 @@ class _Notifier:
                     self._thread.start()
 
     def _run(self) -> None:
-        notify = ""
         while True:
             self._wanted.wait()
             if self._stopping:
                 break
             self._wanted.clear()
             try:
-                with self._engine.connect() as connection:
-                    if not notify:
-                        schema = connection.exec_driver_sql("SELECT current_schema()").scalar()
-                        notify = f"NOTIFY {channel_of(schema)}"
-                    connection.exec_driver_sql(notify)
-                    connection.commit()
+                self._send()
             except Exception:
                 # A lost notification only delays a follower until its next poll.
                 time.sleep(0.1)

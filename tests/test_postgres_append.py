@@ -1,0 +1,74 @@
+"""The PostgreSQL append path's own connections: prepared statements, spare positions, NOTIFY.
+
+A one-row append runs a statement prepared on the appender's connection
+through libpq (``PostgresAppender._run``); these tests hold what that must
+survive and what it must not cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chatledger import SessionLedger
+from chatledger.adapters.append_postgres import PostgresAppender
+from support import ALICE
+
+pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+
+
+def _appender(ledger: SessionLedger) -> PostgresAppender:
+    appender = ledger.core.store.event_recorder.postgres
+    assert appender is not None
+    return appender
+
+
+def test_an_append_after_the_server_dropped_its_prepared_statements_records_once(
+    ledger: SessionLedger,
+) -> None:
+    """DEALLOCATE ALL on the appender's connections: the next appends prepare again, once each."""
+    for n in range(3):
+        ledger.add_message(ALICE, "s", "user", f"before {n}")
+    idle = _appender(ledger)._idle
+    assert idle, "the appender kept no connection"
+    for writer in idle:
+        writer.fairy.dbapi_connection.pgconn.exec_(b"DEALLOCATE ALL")
+    for n in range(3):
+        ledger.add_message(ALICE, "s", "user", f"after {n}")
+    contents = [m.content for m in ledger.session(ALICE, "s").buffer]
+    assert contents == [f"before {n}" for n in range(3)] + [f"after {n}" for n in range(3)]
+    assert ledger.verify(ALICE).ok
+
+
+def test_a_single_writer_numbers_its_appends_without_a_round_trip(
+    ledger: SessionLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the notifier holds a connection, appends keep to the one they used last."""
+    ledger.add_message(ALICE, "a", "user", "first")
+    ledger.add_message(ALICE, "b", "user", "first")
+    appender = _appender(ledger)
+    monkeypatch.setattr(appender._notifier, "_send", lambda: None)  # the test plays it
+    numbered: list[int] = []
+    real_number = PostgresAppender.number
+
+    def number(self: PostgresAppender, cursor: Any, rows: Any) -> Any:
+        numbered.append(len(rows))
+        return real_number(self, cursor, rows)
+
+    monkeypatch.setattr(PostgresAppender, "number", number)
+    n = 0
+    for _ in range(8):
+        with appender._lent():  # what the notifier borrows for a NOTIFY
+            for _ in range(3):
+                ledger.add_message(ALICE, "ab"[n % 2], "user", f"message {n}")
+                n += 1
+        for _ in range(3):
+            ledger.add_message(ALICE, "ab"[n % 2], "user", f"message {n}")
+            n += 1
+    # One round trip when the first append found the only connection lent out; after
+    # that the hot connection's spare positions serve every append.
+    assert len(numbered) <= 1, f"{len(numbered)} numbering round trips for {n} appends"
+    contents = [m.content for m in ledger.session(ALICE, "a").buffer]
+    assert contents == ["first"] + [f"message {i}" for i in range(0, n, 2)]
+    assert ledger.verify(ALICE).ok
