@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Sequence
 from datetime import datetime
 from itertools import repeat
-from operator import floordiv
+from operator import add, floordiv, not_
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -55,19 +55,27 @@ def assemble(cls: type[M], values: dict[str, Any]) -> M:
     return model
 
 
+# The setters of the four slots every model instance holds, called directly: a pass of
+# ``map`` over them skips the attribute lookup ``object.__setattr__`` makes per call.
+_SET_DICT, _SET_FIELDS_SET, _SET_EXTRA, _SET_PRIVATE = (
+    BaseModel.__dict__[name].__set__
+    for name in (
+        "__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"
+    )
+)  # fmt: skip
+
+
 def assemble_all(cls: type[M], values: list[dict[str, Any]]) -> list[M]:
     """``assemble`` of each of ``values`` (dicts of the same fields), in passes of C code:
-    for a long run of models built at once (a deep check's messages)."""
+    for a long run of models built at once (a deep check's messages, a prompt context)."""
     count = len(values)
     models = list(map(_new, repeat(cls, count)))
-    fields = tuple(values[0]) if count else ()
-    for name, column in (
-        ("__dict__", values),
-        ("__pydantic_fields_set__", map(set, repeat(fields, count))),
-        ("__pydantic_extra__", repeat(None, count)),
-        ("__pydantic_private__", repeat(None, count)),
-    ):
-        deque(map(_set, models, repeat(name, count), column), maxlen=0)
+    fields = set(values[0]) if count else set()
+    deque(map(_SET_DICT, models, values), maxlen=0)
+    # Each model its own set (pydantic adds to it), copied from one: cheaper than building.
+    deque(map(_SET_FIELDS_SET, models, map(set.copy, repeat(fields, count))), maxlen=0)
+    deque(map(_SET_EXTRA, models, repeat(None, count)), maxlen=0)
+    deque(map(_SET_PRIVATE, models, repeat(None, count)), maxlen=0)
     return models
 
 
@@ -224,8 +232,9 @@ def texts_tokens(contents: list[str]) -> int:
 
 def tokens_of_texts(contents: Sequence[str]) -> list[int]:
     """``estimate_tokens`` of each of ``contents``, in passes of C code."""
-    count = len(contents)
-    return list(map(max, repeat(1, count), map(floordiv, map(len, contents), repeat(4, count))))
+    quarters = list(map(floordiv, map(len, contents), repeat(4, len(contents))))
+    # A text of under four characters counts one token: a quarter of 0, plus 1 (not 0).
+    return list(map(add, quarters, map(not_, quarters)))
 
 
 def message_tokens(content: str, item: dict[str, Any] | None) -> int:
