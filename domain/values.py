@@ -223,11 +223,9 @@ def estimate_tokens(content: str) -> int:
 def texts_tokens(contents: list[str]) -> int:
     """``sum(estimate_tokens(c) for c in contents)``, counted in a few passes of C code: a
     load counts the tokens of a long live buffer of plain text messages this way."""
-    lengths = list(map(len, contents))
+    quarters = list(map(floordiv, map(len, contents), repeat(4, len(contents))))
     # A text of under four characters counts one token, not len // 4 == 0 of them.
-    short = lengths.count(0) + lengths.count(1) + lengths.count(2) + lengths.count(3)
-    quarters: int = sum(map(floordiv, lengths, repeat(4, len(lengths))))
-    return quarters + short
+    return sum(quarters) + quarters.count(0)
 
 
 def tokens_of_texts(contents: Sequence[str]) -> list[int]:
