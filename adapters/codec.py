@@ -66,7 +66,7 @@ from chatledger.domain.events import EVENT_TYPES, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.items import describe_item, described
 from chatledger.domain.message_runs import MessageRun, newest_fitting, newest_that_fit
-from chatledger.domain.timestamps import from_micros
+from chatledger.domain.timestamps import from_micros, from_micros_all
 from chatledger.domain.values import (
     MESSAGE_ID_CHARS,
     ROLES,
@@ -76,7 +76,9 @@ from chatledger.domain.values import (
     ToolCall,
     assemble,
     assemble_all,
-    texts_tokens,
+    quarters_tokens,
+    text_quarters,
+    tokens_of_quarters,
     tokens_of_texts,
 )
 from chatledger.projections.facts import summarize
@@ -500,7 +502,8 @@ class StoredMessages:
     """
 
     __slots__ = (
-        "_contents", "_names", "_roles", "_stamps", "_when", "ids", "tokens", "user_turns"
+        "_contents", "_names", "_quarters", "_roles", "_stamps", "_when", "ids", "tokens",
+        "user_turns",
     )  # fmt: skip
 
     def __init__(self, payloads: list[Any], stamps: Sequence[int]) -> None:
@@ -550,8 +553,9 @@ class StoredMessages:
         self._names = names
         self._stamps = stamps
         self._when: tuple[int, datetime] = (-1, _EPOCH_UTC)
+        self._quarters = text_quarters(contents)  # kept: a context counts the newest again
         self.ids = ids
-        self.tokens = texts_tokens(contents)
+        self.tokens = quarters_tokens(self._quarters)
         self.user_turns = roles.count("user")
 
     def __len__(self) -> int:
@@ -575,16 +579,15 @@ class StoredMessages:
         """The newest messages that fit in ``budget`` tokens (``MessageRun.newest``): their
         count found from the texts' lengths, then only they are built."""
         end = len(self.ids)
-        count, used = newest_fitting(end, self._tokens_between, budget)
+        count, used = newest_fitting(end, self.tokens, self._tokens_between, budget)
         return self._between(end - count, end), used
 
     def _tokens_between(self, start: int, end: int) -> list[int]:
-        return tokens_of_texts(self._contents[start:end])
+        return tokens_of_quarters(self._quarters[start:end])
 
     def _between(self, start: int, end: int) -> list[Message]:
         """Messages ``start`` to ``end``, built at once (``assemble_all``)."""
-        stamps = self._stamps[start:end]
-        times = {us: from_micros(us) for us in set(stamps)}  # rows written together share one
+        times = from_micros_all(self._stamps[start:end])
         names = repeat(None, end - start) if self._names is None else self._names[start:end]
         with without_cyclic_gc():  # many objects, all kept
             return assemble_all(Message, [
@@ -592,7 +595,7 @@ class StoredMessages:
                  "tool_call": None, "item": None}
                 for id_, role, content, when, name in zip(
                     self.ids[start:end], self._roles[start:end], self._contents[start:end],
-                    map(times.__getitem__, stamps), names, strict=True,
+                    times, names, strict=True,
                 )
             ])  # fmt: skip
 

@@ -74,25 +74,26 @@ def newest_that_fit(newest_first: Iterable[Message], budget: int) -> tuple[list[
     return kept, budget - remaining
 
 
-_FIRST_STRETCH = 1024
-
-
 def newest_fitting(
-    count: int, tokens_of: Callable[[int, int], Sequence[int]], budget: int
+    count: int, total: int, tokens_of: Callable[[int, int], Sequence[int]], budget: int
 ) -> tuple[int, int]:
-    """How many of the last of ``count`` messages fit in ``budget`` tokens, taken newest
-    first up to the first that does not fit, and the tokens they take -- what
-    ``newest_that_fit`` keeps, counted without building a message.
+    """How many of the last of ``count`` messages (of ``total`` tokens) fit in ``budget``
+    tokens, taken newest first up to the first that does not fit, and the tokens they
+    take -- what ``newest_that_fit`` keeps, counted without building a message.
 
     ``tokens_of(start, end)`` gives the tokens of messages ``start`` to ``end``, each
-    at least one (so at most ``budget`` of them fit, and running sums only grow:
-    a bisection finds where they pass the budget). They are asked for in growing
-    stretches from the end: a long run whose newest few fill the budget is not
-    counted whole.
+    at least one (so running sums only grow: a bisection finds where they pass the
+    budget). Nothing is counted when all of them fit; else they are asked for in
+    stretches from the end, the first a little longer than the messages of an average
+    size that fit, each next one four times longer: a long run whose newest few fill
+    the budget is not counted whole.
     """
-    start, remaining, stretch = count, budget, _FIRST_STRETCH
+    if total <= budget:
+        return count, total
+    start, remaining = count, budget
+    stretch = budget * count // max(total, 1) * 9 // 8 + 64
     while start > 0 and remaining > 0:
-        low = max(0, start - min(stretch, remaining))
+        low = max(0, start - min(stretch, remaining))  # each message takes one token or more
         sums = list(accumulate(reversed(tokens_of(low, start))))
         fit = bisect_right(sums, remaining)
         if fit:

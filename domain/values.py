@@ -220,19 +220,31 @@ def estimate_tokens(content: str) -> int:
     return max(1, len(content) // 4)
 
 
+def text_quarters(contents: Sequence[str]) -> list[int]:
+    """A quarter of each text's length, in a pass of C code: its ``estimate_tokens``, but
+    0 (not 1) for a text under four characters (``tokens_of_quarters`` adds that)."""
+    return list(map(floordiv, map(len, contents), repeat(4, len(contents))))
+
+
+def quarters_tokens(quarters: list[int]) -> int:
+    """``sum(tokens_of_quarters(quarters))``: a zero quarter counts one token."""
+    return sum(quarters) + quarters.count(0)
+
+
+def tokens_of_quarters(quarters: Sequence[int]) -> list[int]:
+    """Each text's ``estimate_tokens`` from its ``text_quarters``: a zero quarter counts 1."""
+    return list(map(add, quarters, map(not_, quarters)))
+
+
 def texts_tokens(contents: list[str]) -> int:
     """``sum(estimate_tokens(c) for c in contents)``, counted in a few passes of C code: a
     load counts the tokens of a long live buffer of plain text messages this way."""
-    quarters = list(map(floordiv, map(len, contents), repeat(4, len(contents))))
-    # A text of under four characters counts one token, not len // 4 == 0 of them.
-    return sum(quarters) + quarters.count(0)
+    return quarters_tokens(text_quarters(contents))
 
 
 def tokens_of_texts(contents: Sequence[str]) -> list[int]:
     """``estimate_tokens`` of each of ``contents``, in passes of C code."""
-    quarters = list(map(floordiv, map(len, contents), repeat(4, len(contents))))
-    # A text of under four characters counts one token: a quarter of 0, plus 1 (not 0).
-    return list(map(add, quarters, map(not_, quarters)))
+    return tokens_of_quarters(text_quarters(contents))
 
 
 def message_tokens(content: str, item: dict[str, Any] | None) -> int:

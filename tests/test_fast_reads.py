@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -54,7 +54,7 @@ from chatledger.adapters.sealing import open_compact_message, row_aad
 from chatledger.domain.events import MessageAdded
 from chatledger.domain.message_runs import newest_fitting, newest_that_fit
 from chatledger.domain.session import LIVE, Session, SessionCounters
-from chatledger.domain.timestamps import to_micros
+from chatledger.domain.timestamps import from_micros, from_micros_all, to_micros
 from chatledger.domain.values import (
     ERASED,
     Message,
@@ -352,14 +352,14 @@ def test_texts_tokens_is_estimate_tokens_summed(texts: list[str]) -> None:
     assert {type(n) for n in tokens_of_texts(texts)} <= {int}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(1, 40), max_size=3000), st.integers(-5, 20_000))
 def test_the_newest_that_fit_are_counted_as_the_walk_keeps_them(
     tokens: list[int], budget: int
 ) -> None:
     """newest_fitting (sums bisected, in growing stretches from the end) counts the
     messages, and their tokens, that a walk from the newest keeps up to the first that
-    does not fit."""
+    does not fit; it counts none when all fit, and none twice."""
     kept, remaining = 0, budget
     for n in reversed(tokens):
         if n > remaining:
@@ -371,8 +371,28 @@ def test_the_newest_that_fit_are_counted_as_the_walk_keeps_them(
         asked.append((start, end))
         return tokens[start:end]
 
-    assert newest_fitting(len(tokens), tokens_of, budget) == (kept, budget - remaining)
-    assert sum(end - start for start, end in asked) <= 1024 + 4 * kept  # not all, if few fit
+    found = newest_fitting(len(tokens), sum(tokens), tokens_of, budget)
+    assert found == (kept, budget - remaining)
+    assert sum(end - start for start, end in asked) <= len(tokens)
+    if sum(tokens) <= budget:
+        assert not asked
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999), max_size=40),
+       st.integers(1, 5))  # fmt: skip
+def test_stored_times_read_back_exactly_one_by_one_or_at_once(
+    stamps: list[int], repeats: int
+) -> None:
+    """from_micros (and from_micros_all, of many: repeated ones included) gives the exact
+    microsecond of a stored timestamp, which to_micros gives back."""
+    stamps = [us for us in stamps for _ in range(repeats)]
+    exact = [EPOCH + timedelta(microseconds=us) for us in stamps]
+    assert [from_micros(us) for us in stamps] == exact == from_micros_all(stamps)
+    assert [to_micros(when) for when in from_micros_all(stamps)] == stamps
 
 
 def test_messages_assembled_at_once_equal_validated_ones() -> None:
