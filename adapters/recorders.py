@@ -399,7 +399,8 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
                 stamps: list[int] = list(map(_SECOND, rows))
                 del rows
                 topics: list[str | None] = [None] * len(stamps)
-                others = [low + at for at in _positions_of_none(stamps)]
+                positions = _positions_of_none(stamps)
+                others = [low + at for at in positions]
                 for first in range(0, len(others), _VERSIONS_PER_QUERY):
                     versions = others[first : first + _VERSIONS_PER_QUERY]
                     cursor.execute(
@@ -416,8 +417,8 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
             raise self._translate(error) from error
         finally:
             connection.close()
-        if None in stamps:  # a row gone between the two reads: read it row by row
-            return None
+        if any(stamps[at] is None for at in positions):  # a row gone between the two reads
+            return None  # (stream reads it row by row)
         return StreamColumns(range(low, high + 1), topics, states, stamps)
 
     def keyed_rows(self, originator_id: UUID, key: str, limit: int) -> list[KeyedRow]:
