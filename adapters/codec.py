@@ -65,8 +65,8 @@ from chatledger.adapters.sealing import (
 from chatledger.domain.events import EVENT_TYPES, MessageAdded
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.items import describe_item, described
-from chatledger.domain.message_runs import MessageRun
-from chatledger.domain.timestamps import from_micros
+from chatledger.domain.message_runs import MessageRun, newest_fitting, newest_that_fit
+from chatledger.domain.timestamps import from_micros, from_micros_all
 from chatledger.domain.values import (
     MESSAGE_ID_CHARS,
     ROLES,
@@ -76,7 +76,9 @@ from chatledger.domain.values import (
     ToolCall,
     assemble,
     assemble_all,
-    texts_tokens,
+    quarters_tokens,
+    text_quarters,
+    tokens_of_quarters,
     tokens_of_texts,
 )
 from chatledger.projections.facts import summarize
@@ -500,7 +502,8 @@ class StoredMessages:
     """
 
     __slots__ = (
-        "_contents", "_names", "_roles", "_stamps", "_when", "ids", "tokens", "user_turns"
+        "_contents", "_names", "_quarters", "_roles", "_stamps", "_when", "ids", "tokens",
+        "user_turns",
     )  # fmt: skip
 
     def __init__(self, payloads: list[Any], stamps: Sequence[int]) -> None:
@@ -550,8 +553,9 @@ class StoredMessages:
         self._names = names
         self._stamps = stamps
         self._when: tuple[int, datetime] = (-1, _EPOCH_UTC)
+        self._quarters = text_quarters(contents)  # kept: a context counts the newest again
         self.ids = ids
-        self.tokens = texts_tokens(contents)
+        self.tokens = quarters_tokens(self._quarters)
         self.user_turns = roles.count("user")
 
     def __len__(self) -> int:
@@ -569,20 +573,31 @@ class StoredMessages:
         )
 
     def messages(self) -> list[Message]:
-        built = _built
-        messages: list[Message] = []
-        append = messages.append
-        last_us = -1
-        when: datetime | None = None
-        names = repeat(None, len(self.ids)) if self._names is None else self._names
+        return self._between(0, len(self.ids))
+
+    def newest(self, budget: int) -> tuple[list[Message], int]:
+        """The newest messages that fit in ``budget`` tokens (``MessageRun.newest``): their
+        count found from the texts' lengths, then only they are built."""
+        end = len(self.ids)
+        count, used = newest_fitting(end, self.tokens, self._tokens_between, budget)
+        return self._between(end - count, end), used
+
+    def _tokens_between(self, start: int, end: int) -> list[int]:
+        return tokens_of_quarters(self._quarters[start:end])
+
+    def _between(self, start: int, end: int) -> list[Message]:
+        """Messages ``start`` to ``end``, built at once (``assemble_all``)."""
+        times = from_micros_all(self._stamps[start:end])
+        names = repeat(None, end - start) if self._names is None else self._names[start:end]
         with without_cyclic_gc():  # many objects, all kept
-            for id_, role, content, name, us in zip(
-                self.ids, self._roles, self._contents, names, self._stamps, strict=True
-            ):
-                if us != last_us:
-                    when, last_us = from_micros(us), us
-                append(built(id_, role, content, when, name, None, None))
-        return messages
+            return assemble_all(Message, [
+                {"id": id_, "role": role, "content": content, "created_at": when, "name": name,
+                 "tool_call": None, "item": None}
+                for id_, role, content, when, name in zip(
+                    self.ids[start:end], self._roles[start:end], self._contents[start:end],
+                    times, names, strict=True,
+                )
+            ])  # fmt: skip
 
 
 _get_name = methodcaller("get", "n")
@@ -608,6 +623,9 @@ class BuiltMessages:
 
     def messages(self) -> list[Message]:
         return self._messages
+
+    def newest(self, budget: int) -> tuple[list[Message], int]:
+        return newest_that_fit(reversed(self._messages), budget)
 
 
 _actors: dict[tuple[str, ...], Principal] = {}

@@ -102,6 +102,22 @@ class SqlRecorder:
         if self._sqlite is not None:
             self._sqlite.close()
 
+    def _stretch(
+        self, originator_id: UUID, gt: int | None, lte: int | None
+    ) -> tuple[str, str, list[Any]]:
+        """The driver's parameter mark, and the WHERE clause and parameters selecting one
+        session's rows after ``gt`` up to ``lte`` (the session id first)."""
+        mark = "?" if self.dialect == "sqlite" else "%s"
+        where = f"originator_id = {mark}"
+        params: list[Any] = [originator_id.hex if self.dialect == "sqlite" else originator_id]
+        if gt is not None:
+            where += f" AND originator_version > {mark}"
+            params.append(gt)
+        if lte is not None:
+            where += f" AND originator_version <= {mark}"
+            params.append(lte)
+        return mark, where, params
+
     def select_events(
         self,
         originator_id: UUID | str,
@@ -111,25 +127,21 @@ class SqlRecorder:
         desc: bool = False,
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
-        """One stream's rows (events or snapshots) in version order, as the library reads them."""
-        t = self.table
+        """One stream's rows (events or snapshots) in version order, as the library reads them.
+
+        Plain SQL on a pooled DB-API connection, like ``stream``: a statement built
+        with SQLAlchemy is compiled again by every new engine, and a load (its newest
+        snapshot) runs this first.
+        """
         oid = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
-        query = select(t.c.originator_version, t.c.topic, t.c.state, t.c.timestamp_us).where(
-            t.c.originator_id == oid
+        mark, where, params = self._stretch(oid, gt, lte)
+        sql = (
+            f"SELECT originator_version, topic, state, timestamp_us FROM {self.table.name} "
+            f"WHERE {where} ORDER BY originator_version {'DESC' if desc else 'ASC'}"
         )
-        if gt is not None:
-            query = query.where(t.c.originator_version > gt)
-        if lte is not None:
-            query = query.where(t.c.originator_version <= lte)
-        order = t.c.originator_version.desc() if desc else t.c.originator_version.asc()
-        query = query.order_by(order)
         if limit is not None:
-            query = query.limit(limit)
-        try:
-            with self.engine.connect() as connection:
-                rows = connection.execute(query).all()
-        except Exception as error:
-            raise self._translate_any(error) from error
+            sql += f" LIMIT {mark}"
+            params.append(limit)
         return [
             TimedStoredEvent(
                 originator_id=oid,
@@ -138,8 +150,26 @@ class SqlRecorder:
                 state=bytes(state),
                 timestamp_us=int(timestamp_us),
             )
-            for version, topic, state, timestamp_us in rows
+            for version, topic, state, timestamp_us in self._fetch_all(sql, params)
         ]
+
+    def _fetch_all(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of one query, read on a pooled DB-API connection; errors translated."""
+        try:
+            connection = self.engine.raw_connection()
+        except Exception as error:
+            raise self._translate_any(error) from error
+        try:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+            finally:
+                cursor.close()
+        except self.dbapi.Error as error:
+            raise self._translate(error) from error
+        finally:
+            connection.close()
 
     def _translate_any(self, error: Exception) -> Exception:
         original = getattr(error, "orig", None)
@@ -301,22 +331,6 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         except Exception as error:
             raise self._translate_any(error) from error
 
-    def _stretch(
-        self, originator_id: UUID, gt: int | None, lte: int | None
-    ) -> tuple[str, str, list[Any]]:
-        """The driver's parameter mark, and the WHERE clause and parameters selecting one
-        session's rows after ``gt`` up to ``lte`` (the session id first)."""
-        mark = "?" if self.dialect == "sqlite" else "%s"
-        where = f"originator_id = {mark}"
-        params: list[Any] = [originator_id.hex if self.dialect == "sqlite" else originator_id]
-        if gt is not None:
-            where += f" AND originator_version > {mark}"
-            params.append(gt)
-        if lte is not None:
-            where += f" AND originator_version <= {mark}"
-            params.append(lte)
-        return mark, where, params
-
     def stream(
         self,
         originator_id: UUID,
@@ -340,18 +354,7 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         if types is not None:
             sql += f" AND {event_type_sql()} IN ({', '.join([mark] * len(types))})"
             params.extend(types)
-        connection = self.engine.raw_connection()
-        try:
-            cursor = connection.cursor()
-            try:
-                cursor.execute(sql + " ORDER BY originator_version", params)
-                rows: list[StreamRow] = list(cursor.fetchall())
-            finally:
-                cursor.close()
-        except self.dbapi.Error as error:
-            raise self._translate(error) from error
-        finally:
-            connection.close()
+        rows: list[StreamRow] = self._fetch_all(sql + " ORDER BY originator_version", params)
         return rows
 
     def stream_columns(
@@ -396,7 +399,8 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
                 stamps: list[int] = list(map(_SECOND, rows))
                 del rows
                 topics: list[str | None] = [None] * len(stamps)
-                others = [low + at for at in _positions_of_none(stamps)]
+                positions = _positions_of_none(stamps)
+                others = [low + at for at in positions]
                 for first in range(0, len(others), _VERSIONS_PER_QUERY):
                     versions = others[first : first + _VERSIONS_PER_QUERY]
                     cursor.execute(
@@ -413,8 +417,8 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
             raise self._translate(error) from error
         finally:
             connection.close()
-        if None in stamps:  # a row gone between the two reads: read it row by row
-            return None
+        if any(stamps[at] is None for at in positions):  # a row gone between the two reads
+            return None  # (stream reads it row by row)
         return StreamColumns(range(low, high + 1), topics, states, stamps)
 
     def keyed_rows(self, originator_id: UUID, key: str, limit: int) -> list[KeyedRow]:

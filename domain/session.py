@@ -49,7 +49,7 @@ from chatledger.domain.failures import (
     UnknownSession,
 )
 from chatledger.domain.identity import session_id
-from chatledger.domain.message_runs import MessageRun
+from chatledger.domain.message_runs import MessageRun, newest_that_fit
 from chatledger.domain.values import (
     ArchiveSummary,
     ClientContext,
@@ -693,6 +693,27 @@ class Session(BaseAggregate[UUID]):
             for index in range(len(run) - 1, -1, -1):
                 yield run.message(index)
         yield from reversed(self._buffer.values())
+
+    def newest_within(self, budget: int) -> tuple[list[Message], int]:
+        """The live messages that fit in ``budget`` tokens, oldest first, and the tokens
+        they take: taken newest first, up to the first that does not fit (what a prompt
+        context keeps; ``newest_that_fit`` of ``newest_messages``). An unbuilt run builds
+        only those of its messages, at once (``MessageRun.newest``)."""
+        parts: list[list[Message]] = []
+        remaining = budget
+        for run in reversed(self._unbuilt):
+            kept, used = run.newest(remaining)
+            parts.append(kept)
+            remaining -= used
+            if len(kept) < len(run):
+                break
+        else:
+            kept, used = newest_that_fit(reversed(self._buffer.values()), remaining)
+            parts.append(kept)
+            remaining -= used
+        if len(parts) == 1:
+            return parts[0], budget - remaining
+        return [m for part in reversed(parts) for m in part], budget - remaining
 
     def __eq__(self, other: object) -> bool:
         """Equal state (the library compares attributes; unbuilt runs are built first)."""

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Sequence
 from datetime import datetime
 from itertools import repeat
-from operator import floordiv
+from operator import add, floordiv, not_
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -55,19 +55,27 @@ def assemble(cls: type[M], values: dict[str, Any]) -> M:
     return model
 
 
+# The setters of the four slots every model instance holds, called directly: a pass of
+# ``map`` over them skips the attribute lookup ``object.__setattr__`` makes per call.
+_SET_DICT, _SET_FIELDS_SET, _SET_EXTRA, _SET_PRIVATE = (
+    BaseModel.__dict__[name].__set__
+    for name in (
+        "__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"
+    )
+)  # fmt: skip
+
+
 def assemble_all(cls: type[M], values: list[dict[str, Any]]) -> list[M]:
     """``assemble`` of each of ``values`` (dicts of the same fields), in passes of C code:
-    for a long run of models built at once (a deep check's messages)."""
+    for a long run of models built at once (a deep check's messages, a prompt context)."""
     count = len(values)
     models = list(map(_new, repeat(cls, count)))
-    fields = tuple(values[0]) if count else ()
-    for name, column in (
-        ("__dict__", values),
-        ("__pydantic_fields_set__", map(set, repeat(fields, count))),
-        ("__pydantic_extra__", repeat(None, count)),
-        ("__pydantic_private__", repeat(None, count)),
-    ):
-        deque(map(_set, models, repeat(name, count), column), maxlen=0)
+    fields = set(values[0]) if count else set()
+    deque(map(_SET_DICT, models, values), maxlen=0)
+    # Each model its own set (pydantic adds to it), copied from one: cheaper than building.
+    deque(map(_SET_FIELDS_SET, models, map(set.copy, repeat(fields, count))), maxlen=0)
+    deque(map(_SET_EXTRA, models, repeat(None, count)), maxlen=0)
+    deque(map(_SET_PRIVATE, models, repeat(None, count)), maxlen=0)
     return models
 
 
@@ -212,20 +220,31 @@ def estimate_tokens(content: str) -> int:
     return max(1, len(content) // 4)
 
 
+def text_quarters(contents: Sequence[str]) -> list[int]:
+    """A quarter of each text's length, in a pass of C code: its ``estimate_tokens``, but
+    0 (not 1) for a text under four characters (``tokens_of_quarters`` adds that)."""
+    return list(map(floordiv, map(len, contents), repeat(4, len(contents))))
+
+
+def quarters_tokens(quarters: list[int]) -> int:
+    """``sum(tokens_of_quarters(quarters))``: a zero quarter counts one token."""
+    return sum(quarters) + quarters.count(0)
+
+
+def tokens_of_quarters(quarters: Sequence[int]) -> list[int]:
+    """Each text's ``estimate_tokens`` from its ``text_quarters``: a zero quarter counts 1."""
+    return list(map(add, quarters, map(not_, quarters)))
+
+
 def texts_tokens(contents: list[str]) -> int:
     """``sum(estimate_tokens(c) for c in contents)``, counted in a few passes of C code: a
     load counts the tokens of a long live buffer of plain text messages this way."""
-    lengths = list(map(len, contents))
-    # A text of under four characters counts one token, not len // 4 == 0 of them.
-    short = lengths.count(0) + lengths.count(1) + lengths.count(2) + lengths.count(3)
-    quarters: int = sum(map(floordiv, lengths, repeat(4, len(lengths))))
-    return quarters + short
+    return quarters_tokens(text_quarters(contents))
 
 
 def tokens_of_texts(contents: Sequence[str]) -> list[int]:
     """``estimate_tokens`` of each of ``contents``, in passes of C code."""
-    count = len(contents)
-    return list(map(max, repeat(1, count), map(floordiv, map(len, contents), repeat(4, count))))
+    return tokens_of_quarters(text_quarters(contents))
 
 
 def message_tokens(content: str, item: dict[str, Any] | None) -> int:

@@ -7,9 +7,11 @@
 - ``stored_run`` (loads) gives a run whose messages, ids, tokens and user turns are the
   validated ones, plain, sealed and erased alike; its one-pass parse of plain text runs
   gives what the general parse gives, for payloads edited into any shape;
-  ``texts_tokens`` is ``estimate_tokens`` summed.
+  ``texts_tokens`` is ``estimate_tokens`` summed, ``tokens_of_texts`` each one.
 - ``Session.replay_run`` keeps a run unbuilt and leaves the state of replaying it one by
-  one; a cold ``context()`` equals a warm one, erased content reading ``[erased]``.
+  one; ``Session.newest_within`` (a run's newest that fit, counted before any is built)
+  keeps what the message-by-message walk keeps, for any budget; a cold ``context()``
+  equals a warm one, erased content reading ``[erased]``.
 - ``checked_messages`` (``verify(deep=True)``) reads a run of message rows into exactly
   what ``message_added_of_row`` gives each row, or declines the run where it declines a
   row; ``message_run_facts`` gives, column by column, each row's ``stored_facts`` (slim
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -50,9 +52,17 @@ from chatledger.adapters.codec import (
 from chatledger.adapters.recorders import StreamColumns
 from chatledger.adapters.sealing import open_compact_message, row_aad
 from chatledger.domain.events import MessageAdded
+from chatledger.domain.message_runs import newest_fitting, newest_that_fit
 from chatledger.domain.session import LIVE, Session, SessionCounters
-from chatledger.domain.timestamps import to_micros
-from chatledger.domain.values import ERASED, Message, estimate_tokens, texts_tokens
+from chatledger.domain.timestamps import from_micros, from_micros_all, to_micros
+from chatledger.domain.values import (
+    ERASED,
+    Message,
+    assemble_all,
+    estimate_tokens,
+    texts_tokens,
+    tokens_of_texts,
+)
 from chatledger.errors import StoreUnavailable
 from chatledger.projections.facts import message_run_facts, slim_facts, stored_facts
 from support import ADMIN, ALICE
@@ -338,6 +348,61 @@ def test_a_stored_run_holds_the_validated_messages(events: list[MessageAdded], f
 def test_texts_tokens_is_estimate_tokens_summed(texts: list[str]) -> None:
     """The counting in C code gives what estimate_tokens gives text by text."""
     assert texts_tokens(texts) == sum(estimate_tokens(t) for t in texts)
+    assert tokens_of_texts(texts) == [estimate_tokens(t) for t in texts]
+    assert {type(n) for n in tokens_of_texts(texts)} <= {int}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 40), max_size=3000), st.integers(-5, 20_000))
+def test_the_newest_that_fit_are_counted_as_the_walk_keeps_them(
+    tokens: list[int], budget: int
+) -> None:
+    """newest_fitting (sums bisected, in growing stretches from the end) counts the
+    messages, and their tokens, that a walk from the newest keeps up to the first that
+    does not fit; it counts none when all fit, and none twice."""
+    kept, remaining = 0, budget
+    for n in reversed(tokens):
+        if n > remaining:
+            break
+        kept, remaining = kept + 1, remaining - n
+    asked: list[tuple[int, int]] = []
+
+    def tokens_of(start: int, end: int) -> list[int]:
+        asked.append((start, end))
+        return tokens[start:end]
+
+    found = newest_fitting(len(tokens), sum(tokens), tokens_of, budget)
+    assert found == (kept, budget - remaining)
+    assert sum(end - start for start, end in asked) <= len(tokens)
+    if sum(tokens) <= budget:
+        assert not asked
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999), max_size=40),
+       st.integers(1, 5))  # fmt: skip
+def test_stored_times_read_back_exactly_one_by_one_or_at_once(
+    stamps: list[int], repeats: int
+) -> None:
+    """from_micros (and from_micros_all, of many: repeated ones included) gives the exact
+    microsecond of a stored timestamp, which to_micros gives back."""
+    stamps = [us for us in stamps for _ in range(repeats)]
+    exact = [EPOCH + timedelta(microseconds=us) for us in stamps]
+    assert [from_micros(us) for us in stamps] == exact == from_micros_all(stamps)
+    assert [to_micros(when) for when in from_micros_all(stamps)] == stamps
+
+
+def test_messages_assembled_at_once_equal_validated_ones() -> None:
+    """assemble_all gives each model the validated one's fields and its own fields set."""
+    fields = [{"id": f"m{n}", "role": "user", "content": "x" * n, "created_at": T0,
+               "name": None, "tool_call": None, "item": None} for n in range(3)]  # fmt: skip
+    built = assemble_all(Message, [dict(f) for f in fields])
+    assert built == [Message(**f) for f in fields]
+    assert [m.model_fields_set for m in built] == [set(fields[0])] * 3
+    assert built[0].model_fields_set is not built[1].model_fields_set
 
 
 def test_plain_text_runs_are_kept_unbuilt_and_others_are_built() -> None:
@@ -455,6 +520,9 @@ def test_a_run_replayed_unbuilt_leaves_the_state_of_one_by_one(
             lazy.replay_run(run, part[-1].originator_version, part[-1].timestamp)
     assert lazy.buffer_size == one.buffer_size == len(one.buffer)
     assert list(lazy.newest_messages()) == list(reversed(one.buffer.values()))
+    total = one.pending_tokens
+    for budget in {-1, 0, 1, total // 3, total // 2, total - 1, total, total + 1}:
+        assert lazy.newest_within(budget) == newest_that_fit(one.newest_messages(), budget)
     assert lazy.counters() == one.counters()
     assert lazy.to_state() == one.to_state()
     assert (lazy.version, lazy.modified_on) == (one.version, one.modified_on)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import Session
-from chatledger.domain.values import Message, estimate_tokens
+from chatledger.domain.values import estimate_tokens
 from chatledger.results import ContextView, Counters, LedgerEvent, SessionView
 
 
@@ -53,14 +53,9 @@ def context_view(session: Session, token_budget: int) -> ContextView:
             remaining -= cost
         else:
             archive = None
-    kept: list[Message] = []
-    for message in session.newest_messages():  # built as read: a context reads a few
-        tokens = message.tokens
-        if tokens > remaining:
-            break
-        kept.append(message)
-        remaining -= tokens
-    kept.reverse()
+    # Of a buffer replayed unbuilt, only the messages kept are built.
+    kept, used = session.newest_within(remaining)
+    remaining -= used
     return ContextView(
         key=session.key,
         version=session.version,
