@@ -750,32 +750,77 @@ def _actor(stored: list[Any]) -> Principal | None:
     return found
 
 
-class CheckedMessages(BuiltMessages):
+class CheckedMessages:
     """What ``checked_messages`` reads of a run of rows, one entry per row, as columns: a
-    ``MessageRun`` of its messages (built already), with what else the rows say."""
+    ``MessageRun`` of its messages, with what else the rows say.
 
-    __slots__ = ("actors", "each_tokens", "keys", "roles", "tool_calls")
+    Its messages are built only when read (``message``, ``messages``): every field
+    was checked already, and a deep check whose run a commit folds away never reads
+    them -- building one is most of what a run of rows costs after parsing it.
+    """
+
+    __slots__ = (
+        "_built", "_contents", "_names", "_stamps", "_whens", "actors", "each_tokens", "ids",
+        "keys", "roles", "tokens", "tool_calls", "user_turns",
+    )  # fmt: skip
 
     def __init__(
         self,
-        messages: list[Message],
         ids: list[str],
         roles: list[str],
+        contents: list[str],
+        names: list[str | None] | None,
+        stamps: Sequence[int],
         tool_calls: list[ToolCall | None],
         actors: list[Principal],
         keys: list[str | None],
-        each_tokens: list[int],
     ) -> None:
-        # Counted from the columns, not from the messages (BuiltMessages reads each one).
-        self._messages = messages
+        """``names`` None: no message has a name. Counted from the columns."""
+        self._contents = contents
+        self._names = names
+        self._stamps = stamps
+        self._whens = {us: from_micros(us) for us in set(stamps)}  # rows share their time
+        self._built: list[Message] | None = None
         self.ids = ids
         self.roles = roles
         self.tool_calls = tool_calls
         self.actors = actors
         self.keys = keys  # idempotency keys
-        self.each_tokens = each_tokens  # each message's ``Message.tokens``
-        self.tokens = sum(each_tokens)
+        self.each_tokens = tokens_of_texts(contents)  # each message's ``Message.tokens``
+        self.tokens = sum(self.each_tokens)
         self.user_turns = roles.count("user")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def last_time(self) -> datetime:
+        """The time of the last message (a checked message's is its event's)."""
+        return self._whens[self._stamps[-1]]
+
+    def message(self, index: int) -> Message:
+        return _built(
+            self.ids[index], self.roles[index], self._contents[index],
+            self._whens[self._stamps[index]],
+            None if self._names is None else self._names[index], self.tool_calls[index], None,
+        )  # fmt: skip
+
+    def messages(self) -> list[Message]:
+        """Every message, built in passes of C code on the first call (then kept)."""
+        if self._built is None:
+            count = len(self.ids)
+            names = repeat(None, count) if self._names is None else self._names
+            with without_cyclic_gc():  # many objects, all kept
+                self._built = assemble_all(Message, [
+                    {"id": id_, "role": role, "content": text, "created_at": when,
+                     "name": name, "tool_call": tool, "item": None}
+                    for id_, role, text, when, name, tool in zip(
+                        self.ids, self.roles, self._contents,
+                        map(self._whens.__getitem__, self._stamps), names, self.tool_calls,
+                        strict=True,
+                    )
+                ])  # fmt: skip
+        return self._built
 
 
 _RUN_KEYS = frozenset({"a", "i", "r", "c", "n", "t", "k"})  # what checked_messages takes
@@ -826,7 +871,7 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
             return None
         principals[values] = principal
     count = len(payloads)
-    names: list[Any] | Any = repeat(None, count)
+    names: list[Any] | None = None  # no message has a name
     keys: list[Any] = [None] * count
     tools: list[Any] = [None] * count
     if any(map(contains, payloads, repeat("n"))):
@@ -843,17 +888,9 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
                 tools[index] = tool = _tool_call(data["t"])
                 if tool is None:
                     return None
-    whens = {us: from_micros(us) for us in set(stamps)}
-    messages = assemble_all(Message, [
-        {"id": id_, "role": role, "content": text, "created_at": when, "name": name,
-         "tool_call": tool, "item": None}
-        for id_, role, text, when, name, tool in zip(
-            ids, roles, contents, map(whens.__getitem__, stamps), names, tools, strict=True
-        )
-    ])  # fmt: skip
     return CheckedMessages(
-        messages, list(ids), list(roles), tools,
-        list(map(principals.__getitem__, stored_actors)), keys, tokens_of_texts(contents),
+        list(ids), list(roles), list(contents), names, stamps, tools,
+        list(map(principals.__getitem__, stored_actors)), keys,
     )  # fmt: skip
 
 

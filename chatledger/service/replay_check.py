@@ -240,10 +240,10 @@ def _check_messages(
         tokens = [message.tokens for message in messages]
         run_of, when = BuiltMessages(messages, tokens), events[-1].timestamp
     else:
-        messages, tokens = checked.messages(), checked.each_tokens
-        # A checked message's time is its event's (checked_messages takes no other).
-        run_of, when = checked, messages[-1].created_at
-    count = len(messages)
+        # Its messages are built only if something reads them (a commit folds most away
+        # unread); a checked message's time is its event's (checked_messages takes no other).
+        tokens, run_of, when = checked.each_tokens, checked, checked.last_time
+    count = len(run_of)
     before = session.counters()
     try:
         session.replay_run(run_of, run[count - 1][2], when)
@@ -259,6 +259,7 @@ def _check_messages(
         )  # fmt: skip
         if stored == facts(slim=True) or stored == facts(slim=False):
             return session, count, None
+        messages = checked.messages()
         events = [
             message_added(sid, row[2], message.created_at, actor, idempotency_key, message)
             for row, message, actor, idempotency_key in zip(
