@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import groupby, islice
+from operator import itemgetter
 from typing import Any
 from uuid import UUID
 
@@ -41,6 +43,8 @@ from chatledger.results import ChainHead, VerifyIssue, VerifyReport
 from chatledger.service.replay_check import check_replay, identity_problem
 
 _NAMING_FACTS = 3  # event_type, tenant, session_key: the first fact columns
+_NAMING = itemgetter(3, 7, 8, 9)  # a scanned row's topic and naming facts
+_stream = itemgetter(1)  # a scanned row's session id, as stored
 assert FACT_COLUMNS[:_NAMING_FACTS] == ("event_type", "tenant", "session_key")
 
 
@@ -96,12 +100,13 @@ def _scanned_sessions(
     current: list[tuple[Any, ...]] = []
     stream: Any = None
     for batch in scan_rows(store.event_recorder, only, facts=facts):
-        for row in batch:
-            if row[1] != stream:
+        for oid, rows in groupby(batch, _stream):  # a session's rows, grouped in C
+            if oid != stream:
                 if current:
                     yield current
-                current, stream = [], row[1]
-            current.append(row)
+                current, stream = list(rows), oid
+            else:  # the session goes on from the batch before
+                current.extend(rows)
     if current:
         yield current
 
@@ -216,6 +221,8 @@ def _check_naming(
             expected="a stream id derived from the session's tenant and key",
             found=problem[:300],
         )  # fmt: skip
+    if _well_named(rows, tenant, key):
+        return None
     names: dict[str, str] = {}
     for row in rows:
         topic = row[3]
@@ -240,6 +247,27 @@ def _check_naming(
             found=f"edited fact columns: {', '.join(edited)}",
         )  # fmt: skip
     return None
+
+
+def _well_named(rows: Sequence[tuple[Any, ...]], tenant: str | None, key: str | None) -> bool:
+    """Whether every row's naming facts pass the row-by-row check of ``_check_naming``,
+    told from the few distinct (topic, facts) a session's rows hold, gathered in C: the
+    first row whole, the rows after it (versions after 1: chain-verified) whole or slim."""
+    first = _NAMING(rows[0])
+    if first != (first[0], _name(first[0]), tenant, key):
+        return False
+    try:
+        distinct = set(map(_NAMING, islice(rows, 1, None)))
+    except TypeError:  # an unhashable value (a row edited by hand): row by row
+        return False
+    for topic, named, row_tenant, row_key in distinct:
+        name = _name(topic)
+        whole = named == name and row_tenant == tenant and row_key == key
+        # slim: no tenant and key; no event type where the topic is its short name
+        slim = row_tenant == row_key == "" and (named == name or (named == "" and topic == name))
+        if not (whole or slim):
+            return False
+    return True
 
 
 def _name(topic: Any) -> str:
