@@ -823,11 +823,24 @@ class CheckedMessages:
         return self._built
 
 
-_RUN_KEYS = frozenset({"a", "i", "r", "c", "n", "t", "k"})  # what checked_messages takes
-_REQUIRED = itemgetter("a", "i", "r", "c")
-_get_key = methodcaller("get", "k")
-_STRINGS = {str}
-_OPTIONAL_STRINGS = {str, type(None)}
+class _RunMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A message payload in the shapes ``checked_messages`` takes, its types checked as it is
+    parsed: role and text stored, no item, no time of its own (``at``, ``ts``: unknown
+    keys here), a tool call kept as its JSON (``t``; empty if none)."""
+
+    a: list[str]
+    i: str
+    r: Role
+    c: str
+    n: str | None = None
+    t: msgspec.Raw = msgspec.Raw()
+    k: str | None = None
+
+
+# One payload per call, never a run joined into one array: there, a payload that is not
+# JSON on its own could be made to parse together with its neighbour.
+_run_message = msgspec.json.Decoder(_RunMessage).decode
+_ACTOR, _KEY, _TOOL = attrgetter("a"), attrgetter("k"), attrgetter("t")
 
 
 def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMessages | None:
@@ -837,61 +850,63 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
 
     It takes a part of the shapes that one takes (role and text stored, no item, no
     time of its own, a tool call if any validated by its model, an actor once per
-    distinct one), and checks each as it does, mostly in passes of C code: the deep
-    check reads every message of a store this way.
+    distinct one), and checks each as it does: msgspec parses each payload into a
+    slotted record, checking every type as it goes (and refusing what that parser
+    refuses: bad UTF-8, a lone surrogate, control characters; a key given twice must
+    hold a valid value both times), the rest in passes of C code. The deep check reads
+    every message of a store this way.
     """
     if not states or set(map(type, states)) != {bytes} or set(map(type, stamps)) != {int}:
         return None
     try:
-        payloads: list[Any] = list(map(_parsed, states))
-    except ValueError:  # message_added_of_row declines it too
+        payloads = list(map(_run_message, states))
+    except msgspec.DecodeError:  # not JSON, or not this shape: one by one says which
         return None
-    try:  # anything but a JSON object of these keys fails a pass below
-        if not all(map(_RUN_KEYS.issuperset, payloads)):
-            return None
-        actors, ids, roles, contents = zip(*map(_REQUIRED, payloads), strict=True)
-        if not (
-            set(map(type, actors)) == {list}
-            and set(map(type, ids)) == _STRINGS
-            and set(map(type, contents)) == _STRINGS
-            and set(map(type, roles)) == _STRINGS
-            and _ROLES.issuperset(roles)
-            and min(map(len, ids)) > 0
-            and max(map(len, ids)) <= MESSAGE_ID_CHARS
-        ):
-            return None
-        stored_actors = list(map(tuple, actors))
-        distinct = set(stored_actors)
-    except (KeyError, TypeError):  # a key missing, not an object, an unhashable actor
+    ids: list[str] = list(map(_ID, payloads))
+    if not (min(map(len, ids)) > 0 and max(map(len, ids)) <= MESSAGE_ID_CHARS):
         return None
+    stored_actors = list(map(tuple, map(_ACTOR, payloads)))
     principals: dict[tuple[Any, ...], Principal] = {}
-    for values in distinct:  # a session has few actors
+    for values in set(stored_actors):  # a session has few actors
         principal = _actor(list(values))
         if principal is None:
             return None
         principals[values] = principal
-    count = len(payloads)
-    names: list[Any] | None = None  # no message has a name
-    keys: list[Any] = [None] * count
-    tools: list[Any] = [None] * count
-    if any(map(contains, payloads, repeat("n"))):
-        names = list(map(_get_name, payloads))
-        if not set(map(type, names)) <= _OPTIONAL_STRINGS:
-            return None
-    if any(map(contains, payloads, repeat("k"))):
-        keys = list(map(_get_key, payloads))
-        if not set(map(type, keys)) <= _OPTIONAL_STRINGS:
-            return None
-    if any(map(contains, payloads, repeat("t"))):
-        for index, data in enumerate(payloads):
-            if "t" in data:  # a stored null is no tool call: message_added_of_row declines it
-                tools[index] = tool = _tool_call(data["t"])
+    names: list[str | None] | None = list(map(_NAME, payloads))
+    if names.count(None) == len(names):  # type: ignore[union-attr]
+        names = None  # no message has a name
+    tools: list[ToolCall | None] = [None] * len(payloads)
+    stored_tools: list[msgspec.Raw] = list(map(_TOOL, payloads))
+    if any(stored_tools):  # a Raw is empty where the payload has no tool call
+        for index, stored in enumerate(stored_tools):
+            if stored:  # a stored null is no tool call: message_added_of_row declines it
+                tools[index] = tool = _tool_call_of_json(bytes(stored))
                 if tool is None:
                     return None
     return CheckedMessages(
-        list(ids), list(roles), list(contents), names, stamps, tools,
-        list(map(principals.__getitem__, stored_actors)), keys,
+        ids, list(map(_ROLE, payloads)), list(map(_CONTENT, payloads)), names, stamps, tools,
+        list(map(principals.__getitem__, stored_actors)), list(map(_KEY, payloads)),
     )  # fmt: skip
+
+
+_json_tool_calls: dict[bytes, ToolCall] = {}
+
+
+def _tool_call_of_json(stored: bytes) -> ToolCall | None:
+    """``_tool_call`` of a tool call's JSON as stored, kept by those bytes (the same bytes
+    parse to the same value)."""
+    found = _json_tool_calls.get(stored)
+    if found is None:
+        try:
+            found = _tool_call(from_json(stored))
+        except ValueError:
+            return None
+        if found is None:
+            return None
+        if len(_json_tool_calls) >= _TOOL_CALLS_KEPT:
+            _json_tool_calls.clear()
+        _json_tool_calls[stored] = found
+    return found
 
 
 _tool_calls: dict[tuple[Any, ...], ToolCall] = {}
