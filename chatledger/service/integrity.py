@@ -94,12 +94,14 @@ def sessions_of(
 
 
 def _scanned_sessions(
-    store: EventStoreApplication, only: UUID | None, facts: int
+    store: EventStoreApplication, only: UUID | None, deep: bool
 ) -> Iterator[list[tuple[Any, ...]]]:
-    """Each session's scanned rows (``adapters.chain_scan``), in version order."""
+    """Each session's scanned rows (``adapters.chain_scan``), in version order: with the
+    facts naming each event, or (``deep``) with every fact, packed."""
     current: list[tuple[Any, ...]] = []
     stream: Any = None
-    for batch in scan_rows(store.event_recorder, only, facts=facts):
+    scanned = scan_rows(store.event_recorder, only, facts=_NAMING_FACTS, packed=deep)
+    for batch in scanned:
         for oid, rows in groupby(batch, _stream):  # a session's rows, grouped in C
             if oid != stream:
                 if current:
@@ -170,7 +172,7 @@ def _verify_sessions(
     issues: list[VerifyIssue] = []
     heads: list[ChainHead] = []
     sessions = events = snapshots_checked = 0
-    for rows in _scanned_sessions(store, only, len(FACT_COLUMNS) if deep else _NAMING_FACTS):
+    for rows in _scanned_sessions(store, only, deep):
         sid = as_uuid(rows[0][1])
         tenant, skey = _identity(rows[0][4]) if rows[0][2] == 1 else (None, None)
         if only is None and not (visible(principal, tenant) and scope in (None, tenant)):

@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from chatledger.adapters.chain import BrokenLink, ChainRow
+from chatledger.adapters.chain_scan import fact_columns, whole_facts
 from chatledger.adapters.codec import (
     BuiltMessages,
     checked_messages,
@@ -41,7 +42,6 @@ from chatledger.projections.facts import (
     stored_facts,
 )
 
-_FACTS_AT = 7  # where a scanned row's facts start (adapters.chain_scan)
 _version, _topic, _state, _stamp = (itemgetter(n) for n in (2, 3, 4, 5))  # of a scanned row
 
 
@@ -252,7 +252,7 @@ def _check_messages(
     after = session.counters()
     first, tenant, key = session.started_by, session.tenant, session.key
     if checked is not None:
-        stored = list(zip(*run, strict=True))[_FACTS_AT:]
+        stored = fact_columns(run)
         facts = partial(
             message_run_facts, checked.roles, checked.tool_calls, checked.actors, checked.keys,
             tokens, tenant, key, before, after, first,
@@ -307,7 +307,7 @@ def _facts_problem(
 ) -> BrokenLink | None:
     """The problem with a row's stored facts, if they are not ``expected`` in the whole or
     the slim form (``first``: who started the session)."""
-    facts = row[_FACTS_AT:]
+    facts = whole_facts(row)
     if facts == expected:
         return None
     changed = edited_facts(facts, expected, row[2], first, compact=is_compact(row[3]))
