@@ -223,8 +223,13 @@ def _check_naming(
             expected="a stream id derived from the session's tenant and key",
             found=problem[:300],
         )  # fmt: skip
-    if _well_named(rows, tenant, key):
-        return None
+    return None if _well_named(rows, tenant, key) else _first_misnamed(sid, rows, tenant, key)
+
+
+def _first_misnamed(
+    sid: UUID, rows: Sequence[tuple[Any, ...]], tenant: str | None, key: str | None
+) -> BrokenLink | None:
+    """The first row whose naming facts are neither the whole nor the slim ones, row by row."""
     names: dict[str, str] = {}
     for row in rows:
         topic = row[3]
