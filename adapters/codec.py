@@ -872,9 +872,9 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
         if principal is None:
             return None
         principals[values] = principal
-    names: list[str | None] | None = list(map(_NAME, payloads))
-    if names.count(None) == len(names):  # type: ignore[union-attr]
-        names = None  # no message has a name
+    stored_names: list[str | None] = list(map(_NAME, payloads))
+    # None: no message has a name
+    names = None if stored_names.count(None) == len(stored_names) else stored_names
     tools: list[ToolCall | None] = [None] * len(payloads)
     stored_tools: list[msgspec.Raw] = list(map(_TOOL, payloads))
     if any(stored_tools):  # a Raw is empty where the payload has no tool call
