@@ -6,14 +6,21 @@ one statement on a DB-API cursor -- a server-side one on PostgreSQL, so a
 large store is streamed, not loaded -- and hands over the rows in batches,
 each a tuple of position, session id (as stored: text on SQLite), version,
 topic, state, timestamp and hash, followed by the first ``facts`` stored
-facts (``chatledger.projections.facts.FACT_COLUMNS``). What a row holds is
-not checked here: a row edited by hand may hold anything, and it is for the
-chain check to find it broken (``chain.first_break``).
+facts (``chatledger.projections.facts.FACT_COLUMNS``) -- or every fact, packed
+(``packed=True``, for the deep check): the nine facts most rows hold at their
+usual value (``USUAL_FACTS``: a slim row's actor, status, summary and usage
+counts) come as one column that is NULL where all nine are usual, so a row
+costs eight columns fewer to read (Python's sqlite3 pays for each column of
+each row); ``whole_facts`` and ``fact_columns`` give them back in the form of
+``FACT_COLUMNS``. What a row holds is not checked here: a row edited by hand
+may hold anything, and it is for the chain check to find it broken
+(``chain.first_break``) and for the deep check to compare its facts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -23,15 +30,110 @@ from chatledger.projections.facts import FACT_COLUMNS
 
 _BATCH = 2000
 _CHAINED = ("id", "originator_id", "originator_version", "topic", "state", "timestamp_us", "hash")
+_FACTS_AT = len(_CHAINED)
+USUAL_FACTS = (
+    "actor_account", "actor_user", "actor_agent", "actor_role", "trace_id", "status", "summary",
+    "tool_calls", "tool_failures",
+)  # fmt: skip
+"""The facts a packed scan reads as one column: usual where a slim row leaves them."""
+_USUAL_VALUES: tuple[object, ...] = ("",) * 7 + (None, None)
+_TEXT_USUAL, _NUMBER_USUAL = USUAL_FACTS[:7], USUAL_FACTS[7:]
+_OTHER_FACTS = tuple(c for c in FACT_COLUMNS[3:] if c not in USUAL_FACTS)
+_PACKED_ROW = _FACTS_AT + 4 + len(_OTHER_FACTS)  # chained, naming facts, usual, the others
+assert FACT_COLUMNS[3:8] == USUAL_FACTS[:5] and _OTHER_FACTS == (
+    "message_count", "pending_tokens", "turn_count", "commit_count", "archive_count",
+    "last_commit_us", "tool_name", "tool_status", "prompt_tokens", "completion_tokens",
+    "idempotency_key",
+)  # fmt: skip
+_UNREADABLE = ("(unreadable)",) * len(USUAL_FACTS)
+
+
+def _usual_column(sqlite: bool) -> str:
+    """NULL where every usual fact holds its usual value, else all nine as a JSON array.
+
+    On SQLite a column may hold a value of any type (a row edited by hand): a blob,
+    or anything but an integer among the numbers, is written as an object naming its
+    type, which equals no fact -- so the array reads back exactly what the columns
+    hold, or something that differs from every fact."""
+    usual = " AND ".join(
+        [f"{c} = ''" for c in _TEXT_USUAL] + [f"{c} IS NULL" for c in _NUMBER_USUAL]
+    )
+    if not sqlite:  # typed columns
+        return (
+            f"CASE WHEN {usual} THEN NULL ELSE json_build_array({', '.join(USUAL_FACTS)})::text END"
+        )
+    values = [
+        f"CASE WHEN typeof({c}) = 'blob' THEN json_object('blob', hex({c})) ELSE {c} END"
+        for c in _TEXT_USUAL
+    ] + [
+        f"CASE WHEN typeof({c}) IN ('integer', 'null') THEN {c} "
+        f"ELSE json_object(typeof({c}), hex({c})) END"
+        for c in _NUMBER_USUAL
+    ]
+    return f"CASE WHEN {usual} THEN NULL ELSE json_array({', '.join(values)}) END"
+
+
+def whole_facts(row: Sequence[Any]) -> tuple[Any, ...]:
+    """The facts of a scanned row, in the order of ``FACT_COLUMNS``, packed or not."""
+    facts = tuple(row[_FACTS_AT:])
+    if len(row) != _PACKED_ROW:
+        return facts
+    usual = _usual(facts[3])
+    other = facts[4:]
+    return (
+        *facts[:3], *usual[:5], *other[:6], usual[5], *other[6:10], usual[6], other[10],
+        *usual[7:],
+    )  # fmt: skip
+
+
+def _usual(packed: Any) -> tuple[Any, ...]:
+    if packed is None:
+        return _USUAL_VALUES
+    try:
+        values = json.loads(packed)
+    except (TypeError, ValueError):
+        return _UNREADABLE
+    if not isinstance(values, list) or len(values) != len(USUAL_FACTS):
+        return _UNREADABLE
+    return tuple(values)
+
+
+def fact_columns(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """The facts of scanned rows as columns (one tuple per fact of ``FACT_COLUMNS``, one
+    value per row), packed or not: a run of rows whose usual facts are all usual is
+    filled in column by column."""
+    count = len(rows)
+    if not count:
+        return [()] * len(FACT_COLUMNS)
+    if len(rows[0]) != _PACKED_ROW:
+        return list(zip(*rows, strict=True))[_FACTS_AT:]
+    columns = list(zip(*rows, strict=True))[_FACTS_AT:]
+    if columns[3].count(None) != count:  # some row's are not all usual
+        return list(zip(*map(whole_facts, rows), strict=True))
+    blank, none = ("",) * count, (None,) * count
+    other = columns[4:]
+    return [
+        *columns[:3], blank, blank, blank, blank, blank, *other[:6], blank, *other[6:10], blank,
+        other[10], none, none,
+    ]  # fmt: skip
 
 
 def scan_rows(
-    recorder: SqlEventRecorder, originator_id: UUID | None = None, *, facts: int = 0
+    recorder: SqlEventRecorder,
+    originator_id: UUID | None = None,
+    *,
+    facts: int = 0,
+    packed: bool = False,
 ) -> Iterator[list[tuple[Any, ...]]]:
     """Every stored event (of one session, if given) ordered by (session, version), in
-    batches of tuples: the chained columns, then the first ``facts`` fact columns."""
+    batches of tuples: the chained columns, then the first ``facts`` fact columns -- or,
+    ``packed``, every fact: the three that name the event, the usual ones as one column
+    (``USUAL_FACTS``), then the others (``whole_facts`` reads them)."""
     sqlite = recorder.dialect == "sqlite"
-    columns = ", ".join(_CHAINED + FACT_COLUMNS[:facts])
+    if packed:
+        columns = ", ".join((*_CHAINED, *FACT_COLUMNS[:3], _usual_column(sqlite), *_OTHER_FACTS))
+    else:
+        columns = ", ".join(_CHAINED + FACT_COLUMNS[:facts])
     sql = f"SELECT {columns} FROM {recorder.table.name}"
     params: tuple[Any, ...] = ()
     if originator_id is not None:

@@ -768,39 +768,97 @@ def _actor(stored: list[Any]) -> Principal | None:
     return found
 
 
-class CheckedMessages(BuiltMessages):
+class CheckedMessages:
     """What ``checked_messages`` reads of a run of rows, one entry per row, as columns: a
-    ``MessageRun`` of its messages (built already), with what else the rows say."""
+    ``MessageRun`` of its messages, with what else the rows say.
 
-    __slots__ = ("actors", "each_tokens", "keys", "roles", "tool_calls")
+    Its messages are built only when read (``message``, ``messages``): every field
+    was checked already, and a deep check whose run a commit folds away never reads
+    them -- building one is most of what a run of rows costs after parsing it.
+    """
+
+    __slots__ = (
+        "_built", "_contents", "_names", "_stamps", "_whens", "actors", "each_tokens", "ids",
+        "keys", "roles", "tokens", "tool_calls", "user_turns",
+    )  # fmt: skip
 
     def __init__(
         self,
-        messages: list[Message],
         ids: list[str],
         roles: list[str],
+        contents: list[str],
+        names: list[str | None] | None,
+        stamps: Sequence[int],
         tool_calls: list[ToolCall | None],
         actors: list[Principal],
         keys: list[str | None],
-        each_tokens: list[int],
     ) -> None:
-        # Counted from the columns, not from the messages (BuiltMessages reads each one).
-        self._messages = messages
+        """``names`` None: no message has a name. Counted from the columns."""
+        self._contents = contents
+        self._names = names
+        self._stamps = stamps
+        self._whens = {us: from_micros(us) for us in set(stamps)}  # rows share their time
+        self._built: list[Message] | None = None
         self.ids = ids
         self.roles = roles
         self.tool_calls = tool_calls
         self.actors = actors
         self.keys = keys  # idempotency keys
-        self.each_tokens = each_tokens  # each message's ``Message.tokens``
-        self.tokens = sum(each_tokens)
+        self.each_tokens = tokens_of_texts(contents)  # each message's ``Message.tokens``
+        self.tokens = sum(self.each_tokens)
         self.user_turns = roles.count("user")
 
+    def __len__(self) -> int:
+        return len(self.ids)
 
-_RUN_KEYS = frozenset({"a", "i", "r", "c", "n", "t", "k"})  # what checked_messages takes
-_REQUIRED = itemgetter("a", "i", "r", "c")
-_get_key = methodcaller("get", "k")
-_STRINGS = {str}
-_OPTIONAL_STRINGS = {str, type(None)}
+    @property
+    def last_time(self) -> datetime:
+        """The time of the last message (a checked message's is its event's)."""
+        return self._whens[self._stamps[-1]]
+
+    def message(self, index: int) -> Message:
+        return _built(
+            self.ids[index], self.roles[index], self._contents[index],
+            self._whens[self._stamps[index]],
+            None if self._names is None else self._names[index], self.tool_calls[index], None,
+        )  # fmt: skip
+
+    def messages(self) -> list[Message]:
+        """Every message, built in passes of C code on the first call (then kept)."""
+        if self._built is None:
+            count = len(self.ids)
+            names = repeat(None, count) if self._names is None else self._names
+            with without_cyclic_gc():  # many objects, all kept
+                self._built = assemble_all(Message, [
+                    {"id": id_, "role": role, "content": text, "created_at": when,
+                     "name": name, "tool_call": tool, "item": None}
+                    for id_, role, text, when, name, tool in zip(
+                        self.ids, self.roles, self._contents,
+                        map(self._whens.__getitem__, self._stamps), names, self.tool_calls,
+                        strict=True,
+                    )
+                ])  # fmt: skip
+        return self._built
+
+
+class _RunMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A message payload in the shapes ``checked_messages`` takes, its types checked as it is
+    parsed: role and text stored, no item, no time of its own (``at``, ``ts``: unknown
+    keys here), a tool call kept as its JSON (``t``; empty if none)."""
+
+    a: list[str]
+    i: str
+    r: Role
+    c: str
+    n: str | None = None
+    t: msgspec.Raw = msgspec.Raw()
+    k: str | None = None
+
+
+# One payload per call, never a run joined into one array: there, a payload that is not
+# JSON on its own could be made to parse together with its neighbour.
+_run_message = msgspec.json.Decoder(_RunMessage).decode
+_ACTOR, _KEY, _TOOL = attrgetter("a"), attrgetter("k"), attrgetter("t")
 
 
 def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMessages | None:
@@ -810,69 +868,63 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
 
     It takes a part of the shapes that one takes (role and text stored, no item, no
     time of its own, a tool call if any validated by its model, an actor once per
-    distinct one), and checks each as it does, mostly in passes of C code: the deep
-    check reads every message of a store this way.
+    distinct one), and checks each as it does: msgspec parses each payload into a
+    slotted record, checking every type as it goes (and refusing what that parser
+    refuses: bad UTF-8, a lone surrogate, control characters; a key given twice must
+    hold a valid value both times), the rest in passes of C code. The deep check reads
+    every message of a store this way.
     """
     if not states or set(map(type, states)) != {bytes} or set(map(type, stamps)) != {int}:
         return None
     try:
-        payloads: list[Any] = list(map(_parsed, states))
-    except ValueError:  # message_added_of_row declines it too
+        payloads = list(map(_run_message, states))
+    except msgspec.DecodeError:  # not JSON, or not this shape: one by one says which
         return None
-    try:  # anything but a JSON object of these keys fails a pass below
-        if not all(map(_RUN_KEYS.issuperset, payloads)):
-            return None
-        actors, ids, roles, contents = zip(*map(_REQUIRED, payloads), strict=True)
-        if not (
-            set(map(type, actors)) == {list}
-            and set(map(type, ids)) == _STRINGS
-            and set(map(type, contents)) == _STRINGS
-            and set(map(type, roles)) == _STRINGS
-            and _ROLES.issuperset(roles)
-            and min(map(len, ids)) > 0
-            and max(map(len, ids)) <= MESSAGE_ID_CHARS
-        ):
-            return None
-        stored_actors = list(map(tuple, actors))
-        distinct = set(stored_actors)
-    except (KeyError, TypeError):  # a key missing, not an object, an unhashable actor
+    ids: list[str] = list(map(_ID, payloads))
+    if not (min(map(len, ids)) > 0 and max(map(len, ids)) <= MESSAGE_ID_CHARS):
         return None
+    stored_actors = list(map(tuple, map(_ACTOR, payloads)))
     principals: dict[tuple[Any, ...], Principal] = {}
-    for values in distinct:  # a session has few actors
+    for values in set(stored_actors):  # a session has few actors
         principal = _actor(list(values))
         if principal is None:
             return None
         principals[values] = principal
-    count = len(payloads)
-    names: list[Any] | Any = repeat(None, count)
-    keys: list[Any] = [None] * count
-    tools: list[Any] = [None] * count
-    if any(map(contains, payloads, repeat("n"))):
-        names = list(map(_get_name, payloads))
-        if not set(map(type, names)) <= _OPTIONAL_STRINGS:
-            return None
-    if any(map(contains, payloads, repeat("k"))):
-        keys = list(map(_get_key, payloads))
-        if not set(map(type, keys)) <= _OPTIONAL_STRINGS:
-            return None
-    if any(map(contains, payloads, repeat("t"))):
-        for index, data in enumerate(payloads):
-            if "t" in data:  # a stored null is no tool call: message_added_of_row declines it
-                tools[index] = tool = _tool_call(data["t"])
+    stored_names: list[str | None] = list(map(_NAME, payloads))
+    # None: no message has a name
+    names = None if stored_names.count(None) == len(stored_names) else stored_names
+    tools: list[ToolCall | None] = [None] * len(payloads)
+    stored_tools: list[msgspec.Raw] = list(map(_TOOL, payloads))
+    if any(stored_tools):  # a Raw is empty where the payload has no tool call
+        for index, stored in enumerate(stored_tools):
+            if stored:  # a stored null is no tool call: message_added_of_row declines it
+                tools[index] = tool = _tool_call_of_json(bytes(stored))
                 if tool is None:
                     return None
-    whens = {us: from_micros(us) for us in set(stamps)}
-    messages = assemble_all(Message, [
-        {"id": id_, "role": role, "content": text, "created_at": when, "name": name,
-         "tool_call": tool, "item": None}
-        for id_, role, text, when, name, tool in zip(
-            ids, roles, contents, map(whens.__getitem__, stamps), names, tools, strict=True
-        )
-    ])  # fmt: skip
     return CheckedMessages(
-        messages, list(ids), list(roles), tools,
-        list(map(principals.__getitem__, stored_actors)), keys, tokens_of_texts(contents),
+        ids, list(map(_ROLE, payloads)), list(map(_CONTENT, payloads)), names, stamps, tools,
+        list(map(principals.__getitem__, stored_actors)), list(map(_KEY, payloads)),
     )  # fmt: skip
+
+
+_json_tool_calls: dict[bytes, ToolCall] = {}
+
+
+def _tool_call_of_json(stored: bytes) -> ToolCall | None:
+    """``_tool_call`` of a tool call's JSON as stored, kept by those bytes (the same bytes
+    parse to the same value)."""
+    found = _json_tool_calls.get(stored)
+    if found is None:
+        try:
+            found = _tool_call(from_json(stored))
+        except ValueError:
+            return None
+        if found is None:
+            return None
+        if len(_json_tool_calls) >= _TOOL_CALLS_KEPT:
+            _json_tool_calls.clear()
+        _json_tool_calls[stored] = found
+    return found
 
 
 _tool_calls: dict[tuple[Any, ...], ToolCall] = {}

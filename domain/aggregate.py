@@ -51,3 +51,8 @@ class SessionFields(Protocol):
     state: dict[str, Any]  # the session's key-value state (JSON values)
 
     def set_buffer(self, messages: Sequence[Message]) -> None: ...
+
+    def drop_messages(self, message_ids: Sequence[str]) -> None:
+        """Take these messages out of the live buffer, with their tokens and user turns
+        (ids not live are passed over)."""
+        ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from operator import attrgetter
 from typing import Any, Literal
@@ -392,6 +393,11 @@ _role = attrgetter("role")
 
 
 def _drop(session: SessionFields, message_ids: tuple[str, ...]) -> None:
+    session.drop_messages(message_ids)
+
+
+def drop_built(session: SessionFields, message_ids: Sequence[str]) -> None:
+    """``drop_messages`` on a buffer of built messages (``session.buffer``)."""
     buffer = session.buffer
     if session.watermark:  # items the extractor had read leave: its watermark moves down
         gone = set(message_ids)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from functools import partial
+from itertools import compress
 from typing import Any, ClassVar, Final, Literal, NamedTuple, Self
 from uuid import UUID
 
@@ -40,6 +41,7 @@ from chatledger.domain.events import (
     TailReplaced,
     TaskStateChanged,
     UsageImported,
+    drop_built,
 )
 from chatledger.domain.eventsourced import DomainEvent
 from chatledger.domain.failures import (
@@ -606,6 +608,27 @@ class Session(BaseAggregate[UUID]):
         self.buffer = {m.id: m for m in messages}
         self.pending_tokens = sum(m.tokens for m in messages)
         self.turn_count = sum(1 for m in messages if m.role == "user")
+
+    def drop_messages(self, message_ids: Sequence[str]) -> None:
+        """Take these messages out of the live buffer, with their tokens and user turns
+        (ids not live are passed over). A run replayed unbuilt that leaves whole -- a
+        commit of the buffer, the usual case -- leaves unbuilt: it counted its tokens and
+        user turns already, and nothing will read its messages."""
+        if self._unbuilt and not self.watermark:  # a watermark counts built items
+            gone = set(message_ids)
+            runs = self._unbuilt
+            # A run's ids are distinct and live nowhere else (replay_run): a run all of
+            # whose ids leave takes away its own counts.
+            whole = [gone.issuperset(run.ids) for run in runs]
+            if any(whole):
+                left = [run for run, out in zip(runs, whole, strict=True) if not out]
+                self._unbuilt = left
+                for run in compress(runs, whole):
+                    self.pending_tokens -= run.tokens
+                    self.turn_count -= run.user_turns
+                if not self._buffer and not left:
+                    return
+        drop_built(self, message_ids)
 
     def replay_messages(
         self, messages: Sequence[Message], version: int, timestamp: datetime

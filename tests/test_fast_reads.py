@@ -9,9 +9,10 @@
   gives what the general parse gives, for payloads edited into any shape;
   ``texts_tokens`` is ``estimate_tokens`` summed, ``tokens_of_texts`` each one.
 - ``Session.replay_run`` keeps a run unbuilt and leaves the state of replaying it one by
-  one; ``Session.newest_within`` (a run's newest that fit, counted before any is built)
-  keeps what the message-by-message walk keeps, for any budget; a cold ``context()``
-  equals a warm one, erased content reading ``[erased]``.
+  one, and dropping its messages (a commit) the state of dropping built ones;
+  ``Session.newest_within`` (a run's newest that fit, counted before any is built) keeps
+  what the message-by-message walk keeps, for any budget; a cold ``context()`` equals a
+  warm one, erased content reading ``[erased]``.
 - ``checked_messages`` (``verify(deep=True)``) reads a run of message rows into exactly
   what ``message_added_of_row`` gives each row, or declines the run where it declines a
   row; ``message_run_facts`` gives, column by column, each row's ``stored_facts`` (slim
@@ -527,6 +528,38 @@ def test_a_run_replayed_unbuilt_leaves_the_state_of_one_by_one(
     assert lazy.to_state() == one.to_state()
     assert (lazy.version, lazy.modified_on) == (one.version, one.modified_on)
     assert lazy == one
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(message_added(), min_size=1, max_size=8), st.integers(0, 3), st.booleans(),
+    st.data(),
+)  # fmt: skip
+def test_dropping_messages_of_unbuilt_runs_leaves_the_state_of_dropping_built_ones(
+    events: list[MessageAdded], prefix: int, twice: bool, data: st.DataObject
+) -> None:
+    """Session.drop_messages (a commit) of runs replayed unbuilt -- a run that leaves whole
+    leaves unbuilt, with its own counts -- leaves the state of dropping built messages."""
+    built, lazy = _session_with(prefix), _session_with(prefix)
+    renumbered = [
+        e.model_copy(update={"originator_id": built.id, "originator_version": built.version + n})
+        for n, e in enumerate(events, start=1)
+    ]
+    halves = [renumbered[: len(renumbered) // 2], renumbered[len(renumbered) // 2 :]]
+    for part in halves if twice else [renumbered]:
+        if part:
+            rows = [_row(e) for e in part]
+            for session in (built, lazy):
+                run = stored_run([s for s, _ in rows], [t for _, t in rows])
+                session.replay_run(run, part[-1].originator_version, part[-1].timestamp)
+    assert built.buffer  # built now; lazy's runs stay unbuilt
+    ids = [f"p{n}" for n in range(prefix)] + [e.message.id for e in renumbered] + ["gone"]
+    dropped = data.draw(st.lists(st.sampled_from(ids), unique=True))
+    built.drop_messages(dropped)
+    lazy.drop_messages(dropped)
+    assert lazy.buffer_size == built.buffer_size
+    assert lazy.counters() == built.counters()
+    assert lazy.to_state() == built.to_state()
 
 
 @pytest.mark.parametrize("encryption", [False, True])

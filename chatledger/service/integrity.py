@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import groupby, islice
+from operator import itemgetter
 from typing import Any
 from uuid import UUID
 
@@ -41,6 +43,8 @@ from chatledger.results import ChainHead, VerifyIssue, VerifyReport
 from chatledger.service.replay_check import check_replay, identity_problem
 
 _NAMING_FACTS = 3  # event_type, tenant, session_key: the first fact columns
+_NAMING = itemgetter(3, 7, 8, 9)  # a scanned row's topic and naming facts
+_stream = itemgetter(1)  # a scanned row's session id, as stored
 assert FACT_COLUMNS[:_NAMING_FACTS] == ("event_type", "tenant", "session_key")
 
 
@@ -90,18 +94,21 @@ def sessions_of(
 
 
 def _scanned_sessions(
-    store: EventStoreApplication, only: UUID | None, facts: int
+    store: EventStoreApplication, only: UUID | None, deep: bool
 ) -> Iterator[list[tuple[Any, ...]]]:
-    """Each session's scanned rows (``adapters.chain_scan``), in version order."""
+    """Each session's scanned rows (``adapters.chain_scan``), in version order: with the
+    facts naming each event, or (``deep``) with every fact, packed."""
     current: list[tuple[Any, ...]] = []
     stream: Any = None
-    for batch in scan_rows(store.event_recorder, only, facts=facts):
-        for row in batch:
-            if row[1] != stream:
+    scanned = scan_rows(store.event_recorder, only, facts=_NAMING_FACTS, packed=deep)
+    for batch in scanned:
+        for oid, rows in groupby(batch, _stream):  # a session's rows, grouped in C
+            if oid != stream:
                 if current:
                     yield current
-                current, stream = [], row[1]
-            current.append(row)
+                current, stream = list(rows), oid
+            else:  # the session goes on from the batch before
+                current.extend(rows)
     if current:
         yield current
 
@@ -165,7 +172,7 @@ def _verify_sessions(
     issues: list[VerifyIssue] = []
     heads: list[ChainHead] = []
     sessions = events = snapshots_checked = 0
-    for rows in _scanned_sessions(store, only, len(FACT_COLUMNS) if deep else _NAMING_FACTS):
+    for rows in _scanned_sessions(store, only, deep):
         sid = as_uuid(rows[0][1])
         tenant, skey = _identity(rows[0][4]) if rows[0][2] == 1 else (None, None)
         if only is None and not (visible(principal, tenant) and scope in (None, tenant)):
@@ -216,6 +223,13 @@ def _check_naming(
             expected="a stream id derived from the session's tenant and key",
             found=problem[:300],
         )  # fmt: skip
+    return None if _well_named(rows, tenant, key) else _first_misnamed(sid, rows, tenant, key)
+
+
+def _first_misnamed(
+    sid: UUID, rows: Sequence[tuple[Any, ...]], tenant: str | None, key: str | None
+) -> BrokenLink | None:
+    """The first row whose naming facts are neither the whole nor the slim ones, row by row."""
     names: dict[str, str] = {}
     for row in rows:
         topic = row[3]
@@ -240,6 +254,27 @@ def _check_naming(
             found=f"edited fact columns: {', '.join(edited)}",
         )  # fmt: skip
     return None
+
+
+def _well_named(rows: Sequence[tuple[Any, ...]], tenant: str | None, key: str | None) -> bool:
+    """Whether every row's naming facts pass the row-by-row check of ``_check_naming``,
+    told from the few distinct (topic, facts) a session's rows hold, gathered in C: the
+    first row whole, the rows after it (versions after 1: chain-verified) whole or slim."""
+    first = _NAMING(rows[0])
+    if first != (first[0], _name(first[0]), tenant, key):
+        return False
+    try:
+        distinct = set(map(_NAMING, islice(rows, 1, None)))
+    except TypeError:  # an unhashable value (a row edited by hand): row by row
+        return False
+    for topic, named, row_tenant, row_key in distinct:
+        name = _name(topic)
+        whole = named == name and row_tenant == tenant and row_key == key
+        # slim: no tenant and key; no event type where the topic is its short name
+        slim = row_tenant == row_key == "" and (named == name or (named == "" and topic == name))
+        if not (whole or slim):
+            return False
+    return True
 
 
 def _name(topic: Any) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from chatledger.adapters.chain import BrokenLink, ChainRow
+from chatledger.adapters.chain_scan import fact_columns, whole_facts
 from chatledger.adapters.codec import (
     BuiltMessages,
     checked_messages,
@@ -41,7 +42,6 @@ from chatledger.projections.facts import (
     stored_facts,
 )
 
-_FACTS_AT = 7  # where a scanned row's facts start (adapters.chain_scan)
 _version, _topic, _state, _stamp = (itemgetter(n) for n in (2, 3, 4, 5))  # of a scanned row
 
 
@@ -240,10 +240,10 @@ def _check_messages(
         tokens = [message.tokens for message in messages]
         run_of, when = BuiltMessages(messages, tokens), events[-1].timestamp
     else:
-        messages, tokens = checked.messages(), checked.each_tokens
-        # A checked message's time is its event's (checked_messages takes no other).
-        run_of, when = checked, messages[-1].created_at
-    count = len(messages)
+        # Its messages are built only if something reads them (a commit folds most away
+        # unread); a checked message's time is its event's (checked_messages takes no other).
+        tokens, run_of, when = checked.each_tokens, checked, checked.last_time
+    count = len(run_of)
     before = session.counters()
     try:
         session.replay_run(run_of, run[count - 1][2], when)
@@ -252,13 +252,14 @@ def _check_messages(
     after = session.counters()
     first, tenant, key = session.started_by, session.tenant, session.key
     if checked is not None:
-        stored = list(zip(*run, strict=True))[_FACTS_AT:]
+        stored = fact_columns(run)
         facts = partial(
             message_run_facts, checked.roles, checked.tool_calls, checked.actors, checked.keys,
             tokens, tenant, key, before, after, first,
         )  # fmt: skip
         if stored == facts(slim=True) or stored == facts(slim=False):
             return session, count, None
+        messages = checked.messages()
         events = [
             message_added(sid, row[2], message.created_at, actor, idempotency_key, message)
             for row, message, actor, idempotency_key in zip(
@@ -306,7 +307,7 @@ def _facts_problem(
 ) -> BrokenLink | None:
     """The problem with a row's stored facts, if they are not ``expected`` in the whole or
     the slim form (``first``: who started the session)."""
-    facts = row[_FACTS_AT:]
+    facts = whole_facts(row)
     if facts == expected:
         return None
     changed = edited_facts(facts, expected, row[2], first, compact=is_compact(row[3]))
