@@ -130,19 +130,23 @@ def scan_rows(
     ``packed``, every fact: the three that name the event, the usual ones as one column
     (``USUAL_FACTS``), then the others (``whole_facts`` reads them)."""
     sqlite = recorder.dialect == "sqlite"
-    if packed:
-        columns = ", ".join((*_CHAINED, *FACT_COLUMNS[:3], _usual_column(sqlite), *_OTHER_FACTS))
-    else:
-        columns = ", ".join(_CHAINED + FACT_COLUMNS[:facts])
-    sql = f"SELECT {columns} FROM {recorder.table.name}"
     params: tuple[Any, ...] = ()
     if originator_id is not None:
-        sql += f" WHERE originator_id = {'?' if sqlite else '%s'}"
         params = (originator_id.hex if sqlite else originator_id,)
-    sql += " ORDER BY originator_id, originator_version"
     try:
         connection: Any = recorder.engine.raw_connection()
         try:
+            if packed and sqlite and not _has_json(connection, recorder.dbapi):
+                packed, facts = False, len(FACT_COLUMNS)  # an SQLite built without JSON
+            if packed:
+                packing = _usual_column(sqlite)
+                columns = ", ".join((*_CHAINED, *FACT_COLUMNS[:3], packing, *_OTHER_FACTS))
+            else:
+                columns = ", ".join(_CHAINED + FACT_COLUMNS[:facts])
+            sql = f"SELECT {columns} FROM {recorder.table.name}"
+            if originator_id is not None:
+                sql += f" WHERE originator_id = {'?' if sqlite else '%s'}"
+            sql += " ORDER BY originator_id, originator_version"
             cursor: Any
             if sqlite:
                 connection.execute("BEGIN")  # one snapshot of the database for the whole read
@@ -160,6 +164,15 @@ def scan_rows(
             connection.close()
     except recorder.dbapi.Error as error:
         raise recorder.translate(error) from error
+
+
+def _has_json(connection: Any, dbapi: Any) -> bool:
+    """Whether this SQLite has its JSON functions (built in since 3.38, optional before)."""
+    try:
+        connection.execute("SELECT json_array(1)").fetchall()
+    except dbapi.OperationalError:  # no such function
+        return False
+    return True
 
 
 def snapshot_versions(

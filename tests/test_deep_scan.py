@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import uuid4
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_audit import _execute, _rows
@@ -177,3 +178,24 @@ def test_a_run_is_parsed_payload_by_payload() -> None:
     assert checked_messages(torn, stamps) is None
     twice = b'{"a":["acme"],"i":"m1","r":"user","c":5,"c":"hi"}'
     assert checked_messages([twice, _payload(2)], stamps) is None
+
+
+def test_the_deep_check_without_sqlite_json_reads_every_fact_column(
+    make_ledger: Callable[..., SessionLedger], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An SQLite built without JSON functions: the deep scan reads the plain columns, and an
+    edited usual fact is still reported as that column."""
+    from chatledger.adapters import chain_scan
+
+    ledger = make_ledger()
+    ledger.add_messages(ALICE, "s", [{"role": "user", "content": "hi"}] * 3)
+    ledger.commit(ALICE, "s")
+    if ledger.core.store.event_recorder.dialect != "sqlite":
+        return  # PostgreSQL always has its JSON functions
+    monkeypatch.setattr(chain_scan, "_has_json", lambda connection, dbapi: False)
+    assert ledger.verify(ADMIN, deep=True).ok
+    target = _rows(ledger)[2]
+    _execute(ledger, "UPDATE chatledger_events SET actor_user = 'mallory' WHERE id = :id",
+             id=target["id"])  # fmt: skip
+    (issue,) = ledger.verify(ADMIN, deep=True).issues
+    assert issue.found == "edited fact columns: actor_user"
