@@ -192,6 +192,15 @@ events_table = Table(
         sqlite_where=text(CARRIES_ARCHIVES_SQLITE),
         postgresql_where=text(CARRIES_ARCHIVES),
     ),
+    # A session's events that change archives, by version: what loading a session from a
+    # snapshot folds to find its live archives (revision 0009; a snapshot only counts them).
+    Index(
+        "chatledger_events_session_archives",
+        "originator_id",
+        "originator_version",
+        sqlite_where=text(CARRIES_ARCHIVES_SQLITE),
+        postgresql_where=text(CARRIES_ARCHIVES),
+    ),
     # The log order (tx_id, id), and the same for creations and archives: what
     # PostgreSQL's projector follows (see LogCursor). On SQLite, where tx_id is
     # always 0 and positions alone are the log order, they index nothing.

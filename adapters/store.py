@@ -58,7 +58,7 @@ from chatledger.domain.events import Forked, MessageAdded
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
 from chatledger.domain.failures import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
-from chatledger.domain.session import Session
+from chatledger.domain.session import Session, live_archive_refs
 from chatledger.domain.timestamps import from_micros
 from chatledger.projections.facts import stored_facts
 
@@ -316,13 +316,23 @@ class EventStoreApplication(Application[UUID]):
             self.replay_columns(session.id, session, StreamColumns.of_rows(rows))
 
     def _rebuild(self, session_id: UUID, snapshot: Any) -> Session:
-        """The session of a decoded snapshot, its archives read from the events recording them."""
+        """The session of a decoded snapshot, its archives read from the events recording
+        them: those it lists, or (a snapshot that only counts them) those that the session's
+        events changing archives, up to the snapshot, leave live."""
         recorded: dict[int, Any] = {}
+        if snapshot.derives_archives:
+            rows = self.event_recorder.stream(
+                session_id, lte=snapshot.originator_version, archives=True
+            )
+            events = [self._decode(session_id, row) for row in rows]
+            recorded = {event.originator_version: event for event in events}
+            rebuilt: Session = snapshot.rebuild(recorded, live_archive_refs(events))
+            return rebuilt
         versions = snapshot.archive_versions()
         if versions:
             for row in self.event_recorder.stream(session_id, versions=versions):
                 recorded[row[0]] = self._decode(session_id, row)
-        rebuilt: Session = snapshot.rebuild(recorded)
+        rebuilt = snapshot.rebuild(recorded)
         if rebuilt.archive_refs is None and rebuilt.archives:
             rebuilt.archive_refs = self._find_refs(session_id, rebuilt)
         return rebuilt
