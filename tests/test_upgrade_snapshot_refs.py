@@ -8,7 +8,9 @@ chatledger at commit ea9b431 (``tests/fixtures/make_pre_derived_refs.py``): a
 SQLite file and a ``pg_dump`` restored here into the test's schema, three
 sessions with commits, a merge, a fork and a deletion, and eleven snapshots of
 the listing form. Opening one upgrades it in place; its snapshots still load
-and verify; the next ones only count.
+and verify; the next ones only count. Its rows also hold the commit counters
+on every row (rows written since leave them out unless they change archives):
+both kinds read alike.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from chatledger.adapters.migrations import SCHEMA_HEAD, schema_revision
 from chatledger.adapters.recorders import StreamColumns
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.session import Session
+from chatledger.read_models import ReadModels
 from support import ADMIN, restore_fixture
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -106,3 +109,27 @@ def test_the_next_snapshots_count_their_archives_and_load_from_the_events(
             assert view.archives and all(archive.covered_count for archive in view.archives)
             loaded = store.load(view.session_id)
             assert loaded.to_state() == _replayed(store, view.session_id, view.version).to_state()
+
+
+def test_rows_holding_the_commit_counters_and_rows_leaving_them_out_read_alike(
+    old_ledger_url: str,
+) -> None:
+    """The timeline of an old session -- its message rows holding the commit counters --
+    and of the rows appended after the upgrade, which leave them out, shows after every
+    event the counters a replay gives; the working set too; everything verifies."""
+    with SessionLedger(old_ledger_url) as ledger, ReadModels(ledger) as models:
+        ledger.add_messages(ALICE, "s1", [{"role": "user", "content": "after"}] * 3)
+        store = ledger.core.store
+        for key in KEYS:
+            sid = ledger.session(ALICE, key).session_id
+            for entry in models.timeline(ALICE, key, limit=1000):
+                session = store.load(sid, entry.version)
+                shown = (entry.commit_count, entry.archive_count, entry.last_commit_at)
+                replayed = (session.commit_count, len(session.archives), session.last_commit_at)
+                assert shown == replayed, (key, entry.version)
+        models.rebuild()
+        (entry,) = [e for e in models.working_set(ADMIN) if e.session_key == "s1"]
+        view = ledger.session(ALICE, "s1")
+        assert (entry.commit_count, entry.archive_count) == (view.commit_count, view.archive_count)
+        assert entry.commit_count == 7
+        assert ledger.verify(ADMIN, deep=True).ok
