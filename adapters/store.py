@@ -58,7 +58,7 @@ from chatledger.domain.events import Forked, MessageAdded
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
 from chatledger.domain.failures import ChatLedgerError, InvalidInput, StoreUnavailable
 from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
-from chatledger.domain.session import Session, live_archive_refs
+from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
 from chatledger.projections.facts import stored_facts
 
@@ -324,9 +324,8 @@ class EventStoreApplication(Application[UUID]):
             rows = self.event_recorder.stream(
                 session_id, lte=snapshot.originator_version, archives=True
             )
-            events = [self._decode(session_id, row) for row in rows]
-            recorded = {event.originator_version: event for event in events}
-            rebuilt: Session = snapshot.rebuild(recorded, live_archive_refs(events))
+            recorded = {row[0]: self._decode(session_id, row) for row in rows}
+            rebuilt: Session = snapshot.rebuild(recorded)
             return rebuilt
         versions = snapshot.archive_versions()
         if versions:

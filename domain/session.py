@@ -883,11 +883,15 @@ class Session(BaseAggregate[UUID]):
         ) -> Session:
             """The session this snapshot holds, its archives taken from the events that
             recorded them (``recorded``: version -> event, see ``archive_versions``); for a
-            snapshot that ``derives_archives``, ``refs`` says which (``live_archive_refs``
-            of those events). ``ValueError`` if they do not give the archives it counts."""
+            snapshot that ``derives_archives``, ``recorded`` holds the session's events that
+            change archives up to it (others are skipped), and ``refs`` -- by default
+            ``live_archive_refs`` of them -- says which. ``ValueError`` if they do not give
+            the archives it counts."""
             state = self.state
             if state.live_archives is not None:
-                found = tuple(refs or ())
+                if refs is None:
+                    refs = live_archive_refs(recorded[v] for v in sorted(recorded))
+                found = tuple(refs)
                 if len(found) != state.live_archives:
                     raise ValueError(
                         f"the snapshot counts {state.live_archives} live archives, the events "
