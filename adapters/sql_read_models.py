@@ -272,7 +272,7 @@ FROM {source} WHERE {span}
 GROUP BY originator_id
 """
 _TOUCHED_BY_SESSION = """
-SELECT session_id, last_id FROM (
+SELECT session_id, last_id, last_archive_id FROM (
     SELECT c.originator_id AS session_id, (
         SELECT e.id FROM {source} e
         WHERE e.originator_id = c.originator_id AND e.id <= :last
