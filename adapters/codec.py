@@ -840,6 +840,9 @@ class CheckedMessages:
                 ])  # fmt: skip
         return self._built
 
+    def newest(self, budget: int) -> tuple[list[Message], int]:
+        return newest_that_fit(reversed(self.messages()), budget)
+
 
 class _RunMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """A message payload in the shapes ``checked_messages`` takes, its types checked as it is
