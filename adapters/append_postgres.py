@@ -141,7 +141,7 @@ class PostgresAppender:
         self._idle: list[_Writer] = []
         self._pid = os.getpid()  # connections and the notifier belong to one process
         self._closed = False
-        self._notifier = _Notifier(self._notify)
+        self.notifier = _Notifier(self._notify)
         self._sql_notify = b""  # NOTIFY on the ledger's channel, once the schema is known
         self._heads: OrderedDict[int, Head] = OrderedDict()  # by UUID.int
         name = table.name
@@ -228,7 +228,7 @@ class PostgresAppender:
             raise
         self._give(writer)
         self._remember(numbered.heads)
-        self._notifier.poke()
+        self.notifier.poke()
         return numbered.positions
 
     def _number(self, writer: _Writer, rows: Sequence[StoredEvent]) -> Numbered:
@@ -366,14 +366,14 @@ class PostgresAppender:
 
     def _notify(self) -> None:
         """Send one ``NOTIFY`` (autocommitted) on a connection of this appender."""
-        with self._lent() as writer:
+        with self.lent() as writer:
             connection = writer.fairy.dbapi_connection
             if not self._sql_notify:
                 self._sql_notify = f"NOTIFY {append_channel(connection)}".encode()
             self._check(connection, connection.pgconn.exec_(self._sql_notify))
 
     @contextmanager
-    def _lent(self) -> Iterator[_Writer]:
+    def lent(self) -> Iterator[_Writer]:
         """A connection for other work than appends: the one idle longest, given back as
         such, so that appends keep the one they used last (see ``_take``)."""
         writer, _ = self._take(cold=True)
@@ -442,7 +442,7 @@ class PostgresAppender:
                 # close: that would end the parent's sessions). Start afresh.
                 self._pid = os.getpid()
                 self._idle = []
-                self._notifier = _Notifier(self._notify)
+                self.notifier = _Notifier(self._notify)
             if not fresh and self._idle:
                 return self._idle.pop(0 if cold else -1), True
         return _Writer(self._connect()), False
@@ -475,7 +475,7 @@ class PostgresAppender:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        self._notifier.close()
+        self.notifier.close()
         for writer in idle:
             writer.fairy.close()
 

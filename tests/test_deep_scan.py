@@ -27,7 +27,7 @@ from chatledger import SessionLedger
 from chatledger.adapters.chain_scan import USUAL_FACTS, fact_columns, scan_rows, whole_facts
 from chatledger.adapters.codec import checked_messages
 from chatledger.projections.facts import FACT_COLUMNS
-from chatledger.service.integrity import _first_misnamed, _well_named
+from chatledger.service.integrity import first_misnamed, well_named
 from support import ADMIN, ALICE
 
 NUMBERS = {"tool_calls", "tool_failures"}  # of the usual facts: the others are text
@@ -150,7 +150,7 @@ tenants = st.sampled_from(["", "acme", "other"])
 def test_the_naming_check_over_distinct_facts_agrees_with_row_by_row(
     later: list[tuple[str, str, str, str]], first_topic: str
 ) -> None:
-    """_well_named says a session's rows are all well named exactly when the row-by-row
+    """well_named says a session's rows are all well named exactly when the row-by-row
     check finds no row to report (the first whole, later ones whole or slim)."""
     sid = uuid4()
     first = (0, sid.hex, 1, first_topic, b"", 0, b"", "Started", "acme", "k")
@@ -158,7 +158,7 @@ def test_the_naming_check_over_distinct_facts_agrees_with_row_by_row(
         (n, sid.hex, n + 1, topic, b"", 0, b"", named, tenant, key)
         for n, (topic, named, tenant, key) in enumerate(later, start=1)
     ]
-    assert _well_named(rows, "acme", "k") == (_first_misnamed(sid, rows, "acme", "k") is None)
+    assert well_named(rows, "acme", "k") == (first_misnamed(sid, rows, "acme", "k") is None)
 
 
 def _payload(n: int, text: str = "hi") -> bytes:

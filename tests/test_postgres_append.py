@@ -27,15 +27,19 @@ def _appender(ledger: SessionLedger) -> PostgresAppender:
 def test_an_append_after_the_server_dropped_its_prepared_statements_records_once(
     ledger: SessionLedger,
 ) -> None:
-    """DEALLOCATE ALL on the appender's connections: the next appends prepare again, once each."""
+    """DEALLOCATE ALL on the appender's connection: the next appends prepare again, once each."""
+    appender = _appender(ledger)
+    appender.notifier.close()  # no notifications: the appends keep to one connection
     for n in range(3):
         ledger.add_message(ALICE, "s", "user", f"before {n}")
-    idle = _appender(ledger)._idle
-    assert idle, "the appender kept no connection"
-    for writer in idle:
-        writer.fairy.dbapi_connection.pgconn.exec_(b"DEALLOCATE ALL")
+    with appender.lent() as writer:
+        writer.cursor.execute("DEALLOCATE ALL")
     for n in range(3):
         ledger.add_message(ALICE, "s", "user", f"after {n}")
+    with appender.lent() as writer:
+        writer.cursor.execute("SELECT name FROM pg_prepared_statements")
+        prepared = {name for (name,) in writer.cursor.fetchall()}
+    assert "chatledger_append_one" in prepared  # the connection the appends used
     contents = [m.content for m in ledger.session(ALICE, "s").buffer]
     assert contents == [f"before {n}" for n in range(3)] + [f"after {n}" for n in range(3)]
     assert ledger.verify(ALICE).ok
@@ -45,10 +49,10 @@ def test_a_single_writer_numbers_its_appends_without_a_round_trip(
     ledger: SessionLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While the notifier holds a connection, appends keep to the one they used last."""
+    appender = _appender(ledger)
+    appender.notifier.close()  # the test plays the notifier's part
     ledger.add_message(ALICE, "a", "user", "first")
     ledger.add_message(ALICE, "b", "user", "first")
-    appender = _appender(ledger)
-    monkeypatch.setattr(appender._notifier, "_send", lambda: None)  # the test plays it
     numbered: list[int] = []
     real_number = PostgresAppender.number
 
@@ -59,7 +63,7 @@ def test_a_single_writer_numbers_its_appends_without_a_round_trip(
     monkeypatch.setattr(PostgresAppender, "number", number)
     n = 0
     for _ in range(8):
-        with appender._lent():  # what the notifier borrows for a NOTIFY
+        with appender.lent():  # what the notifier borrows for a NOTIFY
             for _ in range(3):
                 ledger.add_message(ALICE, "ab"[n % 2], "user", f"message {n}")
                 n += 1

@@ -223,10 +223,10 @@ def _check_naming(
             expected="a stream id derived from the session's tenant and key",
             found=problem[:300],
         )  # fmt: skip
-    return None if _well_named(rows, tenant, key) else _first_misnamed(sid, rows, tenant, key)
+    return None if well_named(rows, tenant, key) else first_misnamed(sid, rows, tenant, key)
 
 
-def _first_misnamed(
+def first_misnamed(
     sid: UUID, rows: Sequence[tuple[Any, ...]], tenant: str | None, key: str | None
 ) -> BrokenLink | None:
     """The first row whose naming facts are neither the whole nor the slim ones, row by row."""
@@ -256,7 +256,7 @@ def _first_misnamed(
     return None
 
 
-def _well_named(rows: Sequence[tuple[Any, ...]], tenant: str | None, key: str | None) -> bool:
+def well_named(rows: Sequence[tuple[Any, ...]], tenant: str | None, key: str | None) -> bool:
     """Whether every row's naming facts pass the row-by-row check of ``_check_naming``,
     told from the few distinct (topic, facts) a session's rows hold, gathered in C: the
     first row whole, the rows after it (versions after 1: chain-verified) whole or slim."""
