@@ -9,8 +9,7 @@ Everything that reads those facts -- the audit log, the timeline, the archive
 history, tool usage, the projector's staging copy -- reads them through here,
 so slim, full and mixed stores give the same answers. The fill is one query
 per page of rows (the first rows of the sessions in it, through the stream
-index), never one per row. The commit counters of a row that does not change
-archives are its session's newest archive-changing row's (``fill_counters``).
+index), never one per row.
 """
 
 from __future__ import annotations
@@ -19,18 +18,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from sqlalchemy import Connection, bindparam, case, literal, select, text
+from sqlalchemy import Connection, case, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from chatledger.adapters.schema import (
-    SESSION_ARCHIVES_INDEX,
-    carries_archives,
-    events_table,
-    stored_uuid,
-)
+from chatledger.adapters.schema import events_table, stored_uuid
 from chatledger.domain.session import LIVE
-from chatledger.projections.archive_events import ARCHIVE_EVENT_TYPES
-from chatledger.projections.facts import COUNTER_COLUMNS
 
 _t = events_table
 ACTOR_COLUMNS = ("actor_account", "actor_user", "actor_agent", "actor_role", "trace_id")
@@ -137,52 +129,3 @@ def fill_tuples(
                 values[at] = value
         filled.append(tuple(values))
     return filled
-
-
-def fill_counters(connection: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give each fact row (a dict with ``session_id``, ``version``, ``event_type`` -- the
-    type itself, see ``event_type_of`` -- and the ``COUNTER_COLUMNS``) that does not change
-    archives the commit counters of its session's newest archive-changing row at or before
-    it; in place.
-
-    Only those events change them, so a slim row of any other event leaves them empty
-    (``chatledger.projections.facts``), and a row written before holds those very values.
-    One query per session in ``rows``, one lookup in the partial index on those rows per
-    row: a page of a long session costs what it returns.
-    """
-    sessions: dict[UUID, list[dict[str, Any]]] = {}
-    for row in rows:
-        if row["event_type"] not in ARCHIVE_EVENT_TYPES:
-            sessions.setdefault(stored_uuid(row["session_id"]), []).append(row)
-    for session_id, mine in sessions.items():
-        found = _archive_counters(connection, session_id, sorted({r["version"] for r in mine}))
-        for row in mine:
-            row.update(zip(COUNTER_COLUMNS, found.get(row["version"], _NONE_YET), strict=True))
-    return rows
-
-
-_NONE_YET = (0, 0, None)  # before a session's first archive-changing event
-
-
-def _archive_counters(
-    connection: Connection, session_id: UUID, versions: list[int]
-) -> dict[int, tuple[Any, ...]]:
-    """The commit counters after each of these versions of a session (those after which
-    it has had an archive-changing event), by version."""
-    dialect = connection.dialect.name
-    table = _t.name
-    # SQLite: else it may walk the stream index back row by row to the session's last commit.
-    hint = f" INDEXED BY {SESSION_ARCHIVES_INDEX}" if dialect == "sqlite" else ""
-    changes = carries_archives(dialect).replace("event_type", "b.event_type")
-    query = text(
-        f"SELECT e.originator_version, a.commit_count, a.archive_count, a.last_commit_us "
-        f"FROM {table} e JOIN {table} a ON a.id = ("
-        f"SELECT b.id FROM {table} b{hint} WHERE b.originator_id = e.originator_id "
-        f"AND b.originator_version <= e.originator_version AND {changes} "
-        "ORDER BY b.originator_version DESC LIMIT 1) "
-        "WHERE e.originator_id = :sid AND e.originator_version IN :versions"
-    ).bindparams(
-        bindparam("sid", session_id, type_=_t.c.originator_id.type),
-        bindparam("versions", versions, expanding=True),
-    )
-    return {int(row[0]): tuple(row[1:]) for row in connection.execute(query)}

@@ -35,11 +35,7 @@ from chatledger.adapters.append_sqlite import SqliteAppender, SqliteWriter
 from chatledger.adapters.chain import ChainRow, stored_chain_row
 from chatledger.adapters.fact_reads import event_type_sql
 from chatledger.adapters.mapper import TimedNotification, TimedStoredEvent
-from chatledger.adapters.schema import (
-    SESSION_ARCHIVES_INDEX,
-    carries_archives,
-    position_sequence,
-)
+from chatledger.adapters.schema import position_sequence
 from chatledger.adapters.store_errors import OutcomeUnknown
 from chatledger.projections.facts import FACT_COLUMNS, StoredFacts
 
@@ -343,19 +339,15 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         lte: int | None = None,
         versions: Sequence[int] | None = None,
         types: Sequence[str] | None = None,
-        archives: bool = False,
     ) -> list[StreamRow]:
-        """One session's rows (after ``gt``, up to ``lte``, just ``versions``, of ``types``;
-        with ``archives`` only the events that change archives, found through their partial
-        index) in version order, as the driver returns them: the load path's read, with no
-        object built per row beyond the driver's own tuple."""
+        """One session's rows (after ``gt``, up to ``lte``, just ``versions``, of ``types``)
+        in version order, as the driver returns them: the load path's read, with no object
+        built per row beyond the driver's own tuple."""
         mark, where, params = self._stretch(originator_id, gt, lte)
-        table = self.table.name
-        if archives:
-            where += f" AND {carries_archives(self.dialect)}"
-            if self.dialect == "sqlite":  # else it takes the stream index, reading every row
-                table += f" INDEXED BY {SESSION_ARCHIVES_INDEX}"
-        sql = f"SELECT originator_version, topic, state, timestamp_us FROM {table} WHERE {where}"
+        sql = (
+            f"SELECT originator_version, topic, state, timestamp_us FROM {self.table.name} "
+            f"WHERE {where}"
+        )
         if versions is not None:
             sql += f" AND originator_version IN ({', '.join([mark] * len(versions))})"
             params.extend(versions)

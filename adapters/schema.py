@@ -56,10 +56,6 @@ CARRIES_ARCHIVES_SQLITE = "({})".format(
 )
 
 
-SESSION_ARCHIVES_INDEX = "chatledger_events_session_archives"
-"""Each session's events that change archives, by version (revision 0009)."""
-
-
 def stored_uuid(value: Any) -> UUID:
     """A session id as read from either driver: PostgreSQL's gives a ``UUID``, SQLite's
     the 32 hex digits it stores (``ValueError`` if it is neither)."""
@@ -193,15 +189,6 @@ events_table = Table(
     Index(
         "chatledger_events_archives",
         "id",
-        sqlite_where=text(CARRIES_ARCHIVES_SQLITE),
-        postgresql_where=text(CARRIES_ARCHIVES),
-    ),
-    # A session's events that change archives, by version: what loading a session from a
-    # snapshot folds to find its live archives (revision 0009; a snapshot only counts them).
-    Index(
-        SESSION_ARCHIVES_INDEX,
-        "originator_id",
-        "originator_version",
         sqlite_where=text(CARRIES_ARCHIVES_SQLITE),
         postgresql_where=text(CARRIES_ARCHIVES),
     ),

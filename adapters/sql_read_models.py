@@ -52,13 +52,7 @@ from sqlalchemy import (
 )
 
 from chatledger.adapters.fact_reads import status_sql
-from chatledger.adapters.schema import (
-    CARRIES_ARCHIVES_SQLITE,
-    SESSION_ARCHIVES_INDEX,
-    LogCursor,
-    carries_archives,
-    events_table,
-)
+from chatledger.adapters.schema import LogCursor, events_table
 from chatledger.domain.access import SCOPE_PREFIX
 from chatledger.domain.limits import MAX_INT, MAX_TOKENS
 from chatledger.domain.session import LIVE
@@ -235,25 +229,18 @@ FROM {source} WHERE {span} AND originator_version = 1
 
 # A session's row is the facts of its last event: its counters and status
 # right after it, its time and version. (A slim row leaves a live status empty.)
-# The commit counters change only with the events that change archives, and a
-# slim row of any other event leaves them empty: they are those of the session's
-# last such event in the span, if any, else they stay as they are.
 _WS_UPDATE = """
 UPDATE chatledger_working_set SET
     message_count = e.message_count,
     pending_tokens = e.pending_tokens,
     turn_count = e.turn_count,
-    commit_count = CASE WHEN a.id IS NULL THEN chatledger_working_set.commit_count
-        ELSE a.commit_count END,
-    archive_count = CASE WHEN a.id IS NULL THEN chatledger_working_set.archive_count
-        ELSE a.archive_count END,
-    last_commit_us = CASE WHEN a.id IS NULL THEN chatledger_working_set.last_commit_us
-        ELSE a.last_commit_us END,
+    commit_count = e.commit_count,
+    archive_count = e.archive_count,
+    last_commit_us = e.last_commit_us,
     status = {status},
     last_activity_us = e.timestamp_us,
     version = e.originator_version
 FROM ({touched}) AS d JOIN {source} e ON e.id = d.last_id
-    LEFT JOIN {source} a ON a.id = d.last_archive_id
 WHERE chatledger_working_set.session_id = d.session_id
 """
 
@@ -266,22 +253,17 @@ WHERE chatledger_working_set.session_id = d.session_id
 # in the span is the one with the highest position, whatever the log order.
 # The lookup by session relies on positions being the log order: SQLite only.
 _TOUCHED_BY_SPAN = """
-SELECT originator_id AS session_id, MAX(id) AS last_id,
-    MAX(CASE WHEN {changes_archives} THEN id END) AS last_archive_id
+SELECT originator_id AS session_id, MAX(id) AS last_id
 FROM {source} WHERE {span}
 GROUP BY originator_id
 """
 _TOUCHED_BY_SESSION = """
-SELECT session_id, last_id, last_archive_id FROM (
+SELECT session_id, last_id FROM (
     SELECT c.originator_id AS session_id, (
         SELECT e.id FROM {source} e
         WHERE e.originator_id = c.originator_id AND e.id <= :last
         ORDER BY e.originator_version DESC LIMIT 1
-    ) AS last_id, (
-        SELECT e.id FROM {source} e {by_archives}
-        WHERE e.originator_id = c.originator_id AND e.id <= :last AND {changes_archives}
-        ORDER BY e.originator_version DESC LIMIT 1
-    ) AS last_archive_id
+    ) AS last_id
     FROM {source} c WHERE c.originator_version = 1 AND c.id <= :last
 ) AS s WHERE last_id > :after
 """
@@ -316,19 +298,8 @@ class WorkingSetModel(SqlReadModel):
             ).scalar_one()
             if count < few:
                 touched = _TOUCHED_BY_SESSION
-        changes = CARRIES_ARCHIVES_SQLITE if touched is _TOUCHED_BY_SPAN else (
-            # spelled as the dialect's partial index spells it, so that it serves the lookup
-            carries_archives(connection.dialect.name).replace("event_type", "e.event_type")
-        )  # fmt: skip
-        by_archives = (
-            f"INDEXED BY {SESSION_ARCHIVES_INDEX}" if connection.dialect.name == "sqlite" else ""
-        )
         statement = _WS_UPDATE.format(
-            source=source,
-            touched=touched.format(
-                source=source, span=where, changes_archives=changes, by_archives=by_archives
-            ),
-            status=status_sql("e"),
+            source=source, touched=touched.format(source=source, span=where), status=status_sql("e")
         )
         connection.execute(text(statement), span.bounds)
 

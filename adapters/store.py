@@ -316,22 +316,13 @@ class EventStoreApplication(Application[UUID]):
             self.replay_columns(session.id, session, StreamColumns.of_rows(rows))
 
     def _rebuild(self, session_id: UUID, snapshot: Any) -> Session:
-        """The session of a decoded snapshot, its archives read from the events recording
-        them: those it lists, or (a snapshot that only counts them) those that the session's
-        events changing archives, up to the snapshot, leave live."""
+        """The session of a decoded snapshot, its archives read from the events recording them."""
         recorded: dict[int, Any] = {}
-        if snapshot.derives_archives:
-            rows = self.event_recorder.stream(
-                session_id, lte=snapshot.originator_version, archives=True
-            )
-            recorded = {row[0]: self._decode(session_id, row) for row in rows}
-            rebuilt: Session = snapshot.rebuild(recorded)
-            return rebuilt
         versions = snapshot.archive_versions()
         if versions:
             for row in self.event_recorder.stream(session_id, versions=versions):
                 recorded[row[0]] = self._decode(session_id, row)
-        rebuilt = snapshot.rebuild(recorded)
+        rebuilt: Session = snapshot.rebuild(recorded)
         if rebuilt.archive_refs is None and rebuilt.archives:
             rebuilt.archive_refs = self._find_refs(session_id, rebuilt)
         return rebuilt

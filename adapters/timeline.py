@@ -3,11 +3,9 @@
 A timeline (a viewer's, or an embedder's) needs per event what the audit log
 shows plus the session's counters right after it -- all of it stored facts
 (``chatledger.projections.facts``; slim rows filled in from the session's first
-row, and their commit counters from its newest archive-changing row,
-``fact_reads``), so nothing is decoded. Every query here goes through the
-stream index ``(originator_id, originator_version)`` or the partial index on
-archive-changing rows: a page costs what it returns, never the length of the
-session (a sample also reads the archive-changing rows between its versions).
+row, ``fact_reads``), so nothing is decoded. Every query here
+goes through the stream index ``(originator_id, originator_version)``: a page
+or a sample costs what it returns, never the length of the session.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Select, select, text
 
 from chatledger.adapters.codec import PAYLOAD_COLUMNS, add_summaries
-from chatledger.adapters.fact_reads import event_type_of, fill_counters, fill_rows, status_of
+from chatledger.adapters.fact_reads import event_type_of, fill_rows, status_of
 from chatledger.adapters.schema import events_table
 
 _t = events_table
@@ -94,7 +92,7 @@ def query_versions(
 def _rows(connection: Connection, query: Select[Any]) -> list[dict[str, Any]]:
     """The rows of a timeline query, filled in and with their summaries."""
     rows = [dict(row) for row in connection.execute(query).mappings()]
-    return add_summaries(fill_counters(connection, fill_rows(connection, rows)))
+    return add_summaries(fill_rows(connection, rows))
 
 
 def query_head_version(connection: Connection, *, session_id: UUID) -> int | None:

@@ -52,7 +52,6 @@ from chatledger.domain.failures import (
 )
 from chatledger.domain.identity import session_id
 from chatledger.domain.message_runs import MessageRun, newest_that_fit
-from chatledger.domain.rules import merged_refs, with_merge
 from chatledger.domain.values import (
     ArchiveSummary,
     ClientContext,
@@ -96,12 +95,10 @@ ArchiveRef = tuple[int, int]
 class SessionState(BaseModel):
     """Everything a ``Session`` holds, as one serialisable value (for copies and snapshots).
 
-    A stored snapshot neither embeds nor lists its live archives: ``archives``
-    and ``archive_refs`` are empty and ``live_archives`` counts them; loading
-    works them out from the events that change archives (see
-    ``Session.Snapshot``). Older snapshots either list the events that recorded
-    them (``archive_refs``, ``live_archives`` None) or, older still, embed them
-    (``archive_refs`` None).
+    A stored snapshot references its live archives instead of embedding them:
+    ``archives`` is empty and ``archive_refs`` says which events recorded them
+    (see ``Session.Snapshot``). A snapshot stored before archive references
+    existed embeds them and has ``archive_refs`` None.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -128,7 +125,6 @@ class SessionState(BaseModel):
     pending_compaction: CompactionToken | None = None
     archive_refs: tuple[ArchiveRef, ...] | None = None
     erased: bool = False
-    live_archives: int | None = None
 
 
 class Session(BaseAggregate[UUID]):
@@ -873,15 +869,10 @@ class Session(BaseAggregate[UUID]):
         """The state of a session at one version, as a pydantic value.
 
         Bounded by the live state: the live buffer and counters are embedded,
-        the live archives only counted (``live_archives``): loading works out
-        which events recorded them by folding the session's events that change
-        archives (``live_archive_refs``; the store reads them through a partial
-        index) and reads the archives from those events (see ``rebuild``).
-        Embedding the archives made every snapshot carry every archive so far;
-        listing where each was recorded (``archive_refs``, as snapshots did
-        before) still grew every snapshot with the commits so far, so the
-        snapshots of a session grew with the square of its commits. Both older
-        forms still load and verify.
+        the live archives only referenced (``archive_refs``: the events that
+        recorded them, which loading reads back; see ``rebuild``). Embedding
+        them made every snapshot carry every archive so far, so snapshots grew
+        with the square of the commits.
         """
 
         class_version: ClassVar[int] = 1
@@ -902,52 +893,23 @@ class Session(BaseAggregate[UUID]):
 
         @staticmethod
         def state_of(session: Session) -> SessionState:
-            """The state a snapshot of ``session`` stores: its archives counted (embedded
-            if where they were recorded is not known)."""
+            """The state a snapshot of ``session`` stores (archives referenced if known)."""
             state = session.to_state()
             if state.archive_refs is None:
                 return state
-            return state.model_copy(
-                update={"archives": (), "archive_refs": (), "live_archives": len(state.archives)}
-            )
-
-        @property
-        def derives_archives(self) -> bool:
-            """Whether loading works out the live archives from the events that change
-            archives (``live_archive_refs``) rather than from the snapshot itself."""
-            return self.state.live_archives is not None
+            return state.model_copy(update={"archives": ()})
 
         def archive_versions(self) -> list[int]:
-            """The versions of the events whose archives ``rebuild`` needs, ascending
-            (of a snapshot that lists them; see ``derives_archives``)."""
+            """The versions of the events whose archives ``rebuild`` needs, ascending."""
             return sorted({version for version, _ in self.state.archive_refs or ()})
 
-        def rebuild(
-            self, recorded: Mapping[int, Any], refs: Sequence[ArchiveRef] | None = None
-        ) -> Session:
+        def rebuild(self, recorded: Mapping[int, Any]) -> Session:
             """The session this snapshot holds, its archives taken from the events that
-            recorded them (``recorded``: version -> event, see ``archive_versions``); for a
-            snapshot that ``derives_archives``, ``recorded`` holds the session's events that
-            change archives up to it (others are skipped), and ``refs`` -- by default
-            ``live_archive_refs`` of them -- says which. ``ValueError`` if they do not give
-            the archives it counts."""
-            state = self.state
-            if state.live_archives is not None:
-                if refs is None:
-                    refs = live_archive_refs(recorded[v] for v in sorted(recorded))
-                found = tuple(refs)
-                if len(found) != state.live_archives:
-                    raise ValueError(
-                        f"the snapshot counts {state.live_archives} live archives, the events "
-                        f"recording archives give {len(found)}"
-                    )
-                state = state.model_copy(update={"archive_refs": found})
-            archives = [
-                _recorded_archive(recorded.get(v), v, i) for v, i in state.archive_refs or ()
-            ]
+            recorded them (``recorded``: version -> event, see ``archive_versions``)."""
+            archives = [_recorded_archive(recorded.get(v), v, i) for v, i in self.archive_refs]
             session_class: type[Session] = resolve_topic(self.topic)
             return session_class.from_state(
-                self.originator_id, self.originator_version, state, archives or None
+                self.originator_id, self.originator_version, self.state, archives or None
             )
 
         @property
@@ -958,8 +920,6 @@ class Session(BaseAggregate[UUID]):
             """Whether this (stored) snapshot holds the state of ``session`` (same version)."""
             if self.state.archive_refs is None:  # an old snapshot: archives embedded
                 return self.state == session.to_state().model_copy(update={"archive_refs": None})
-            if self.state.live_archives is None:  # an older one: where they are listed
-                return self.state == session.to_state().model_copy(update={"archives": ()})
             return self.state == self.state_of(session)
 
         def mutate(self, _: None) -> Any:
@@ -975,29 +935,6 @@ def _recorded_archive(event: Any, version: int, index: int) -> ArchiveSummary:
         return event.archives[index]
     found = "no event" if event is None else type(event).__name__
     raise ValueError(f"archive {index} of version {version} is referenced, but it is {found}")
-
-
-def live_archive_refs(events: Iterable[Any]) -> list[ArchiveRef]:
-    """Where the live archives after ``events`` were recorded: the session's events that
-    change archives (``Committed``, ``ArchiveMerged``, ``Forked``, ``Deleted``), in version
-    order, folded as their ``apply`` folds the archives (any other event is skipped)."""
-    archives: list[ArchiveSummary] = []
-    refs: list[ArchiveRef] = []
-    for event in events:
-        version = event.originator_version
-        if isinstance(event, Committed):
-            archives.append(event.archive)
-            refs.append((version, 0))
-        elif isinstance(event, ArchiveMerged):
-            sources = event.source_archive_ids
-            refs = merged_refs(archives, refs, (version, 0), sources)
-            archives = with_merge(archives, event.archive, sources)
-        elif isinstance(event, Forked):
-            archives = list(event.archives)
-            refs = [(version, i) for i in range(len(archives))]
-        elif isinstance(event, Deleted):
-            archives, refs = [], []
-    return refs
 
 
 def replay(session: Session | None, events: Iterable[Any]) -> Session | None:

@@ -24,18 +24,7 @@ status when it is ``live``. Some seventy bytes a message. Rows written
 before, with every column filled, stay as they are and read the same: readers
 fill a slim row in from its session's first row
 (``chatledger.adapters.fact_reads``), and ``edited_facts`` accepts either
-form.
-
-Commit counters. Only the events that change archives (``Committed``,
-``ArchiveMerged``, ``Forked``, ``Deleted``) change a session's commit count,
-live archive count and last commit time, so a slim row of any other event
-leaves those three empty (0, 0, NULL -- no bytes at all in a SQLite record;
-some twenty bytes a message, with the pages they fill, once a session has
-committed): readers take them from the session's newest archive-changing row
-at or before it (``fact_reads.fill_counters``, through that row's partial
-index), which is what every row written before held, so old and new rows read
-alike. Slim rows written before hold them (``keep_counters``); verify accepts
-both. Pure: no I/O, no clock.
+form. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -116,9 +105,6 @@ FACT_COLUMNS: tuple[str, ...] = StoredFacts._fields
 _make = partial(tuple.__new__, StoredFacts)
 _NAMED_BY_TYPE = frozenset(ARCHIVE_EVENT_TYPES)  # keep their event type (a partial index)
 _SAME_ACTOR = ("", "", "", "", "")  # the five actor columns of a slim row: the starter's
-COUNTER_COLUMNS = ("commit_count", "archive_count", "last_commit_us")
-"""The facts only the events that change archives change (see the module doc)."""
-_NO_COUNTERS = (0, 0, None)  # those three in a slim row of any other event
 
 
 def _count(count: int, noun: str) -> str:
@@ -152,14 +138,10 @@ def stored_facts(
         status = after.status
         # (Principal is a frozen model of five strings: its __dict__ is those fields.)
         same = a is first or a.__dict__ == first.__dict__
-        counters = (
-            (after.commit_count, after.archive_count, last_us)
-            if name in _NAMED_BY_TYPE
-            else _NO_COUNTERS
-        )
         head = (
             named, "", "", *(_SAME_ACTOR if same else _actor_fields(a)), after.message_count,
-            after.pending_tokens, after.turn_count, *counters, "" if status == LIVE else status,
+            after.pending_tokens, after.turn_count, after.commit_count, after.archive_count,
+            last_us, "" if status == LIVE else status,
         )  # fmt: skip
     write_key = event.idempotency_key
     line = summarize(event) if summary else ""
@@ -178,18 +160,10 @@ def stored_facts(
     ))  # fmt: skip
 
 
-def slim_facts(
-    facts: StoredFacts,
-    version: int,
-    first: Principal,
-    *,
-    compact: bool,
-    keep_counters: bool = False,
-) -> StoredFacts:
+def slim_facts(facts: StoredFacts, version: int, first: Principal, *, compact: bool) -> StoredFacts:
     """The slim form of a row's full ``facts`` (what ``stored_facts`` with ``first`` gives):
     the row is at ``version`` of a session started by ``first``; ``compact`` if its topic
-    is the event type's short name (format 2); ``keep_counters`` for the form slim rows
-    had before they left out the commit counters."""
+    is the event type's short name (format 2)."""
     if version == 1:
         return facts
     named = facts.event_type
@@ -199,26 +173,20 @@ def slim_facts(
     if actor == _actor_fields(first):
         actor = _SAME_ACTOR
     status = "" if facts.status == LIVE else facts.status
-    counters: tuple[object, ...] = (facts.commit_count, facts.archive_count, facts.last_commit_us)
-    if not keep_counters and facts.event_type not in _NAMED_BY_TYPE:
-        counters = _NO_COUNTERS
-    return _make((named, "", "", *actor, *facts[8:11], *counters, status, *facts[15:]))
+    return _make((named, "", "", *actor, *facts[8:14], status, *facts[15:]))
 
 
 def edited_facts(
     stored: Sequence[object], full: StoredFacts, version: int, first: Principal, *, compact: bool
 ) -> list[str] | None:
     """None if a row's ``stored`` facts are ``full`` in one of the forms a row may hold
-    them -- whole (every row written before slim rows, and every first row) or slim (with
-    or without the commit counters) -- else the columns that differ from the form it
-    holds (an empty list if none held)."""
+    them -- whole (every row written before slim rows, and every first row) or slim --
+    else the columns that differ from the form it holds (an empty list if none held)."""
     found = tuple(stored)
     if found == full:
         return None
     slim = slim_facts(full, version, first, compact=compact)
     if found == slim:
-        return None
-    if found == slim_facts(full, version, first, compact=compact, keep_counters=True):
         return None
     # The form the row is in: a slim one has no tenant.
     wanted = slim if version != 1 and found[1:2] == ("",) else full
@@ -243,16 +211,14 @@ def message_run_facts(
     first: Principal,
     *,
     slim: bool,
-    keep_counters: bool = False,
 ) -> list[tuple[object, ...]]:
     """The stored facts of a run of format-2 ``MessageAdded`` rows after a session's first,
     as columns (one tuple per fact column, one value per row): the roles and tool calls
     of the events' messages, their actors, idempotency keys and message tokens, of the
     session ``(tenant, key)`` at
-    ``before`` the run and ``after`` it, started by ``first``; ``slim`` for the slim form
-    (``keep_counters``: as slim rows were before they left the commit counters out). Row
-    by row, what ``stored_facts`` gives (``slim_facts`` of it with ``slim``): the deep
-    check compares a run's stored columns with these at once."""
+    ``before`` the run and ``after`` it, started by ``first``; ``slim`` for the slim form.
+    Row by row, what ``stored_facts`` gives (``slim_facts`` of it with ``slim``): the
+    deep check compares a run's stored columns with these at once."""
     count = len(roles)
     if not count:
         return [()] * len(FACT_COLUMNS)
@@ -286,15 +252,9 @@ def message_run_facts(
         tuple(range(before.message_count + 1, before.message_count + count + 1)),
         tuple(accumulate(tokens, initial=before.pending_tokens))[1:],
         tuple(accumulate(map(eq, roles, repeat("user", count)), initial=before.turn_count))[1:],
-        *(
-            map(repeated, _NO_COUNTERS)
-            if slim and not keep_counters
-            else (
-                repeated(after.commit_count),
-                repeated(after.archive_count),
-                repeated(None if last_commit is None else to_micros(last_commit)),
-            )
-        ),
+        repeated(after.commit_count),
+        repeated(after.archive_count),
+        repeated(None if last_commit is None else to_micros(last_commit)),
         status_column,
         *tools,
         repeated(""),  # format 2 stores no summary

@@ -214,10 +214,10 @@ def test_keyed_chain_detects_a_forger_who_knows_the_scheme(
     assert not ledger.verify(ALICE).ok
 
 
-@pytest.mark.parametrize("field", [b"message_count", b"live_archives"])
+@pytest.mark.parametrize("field", [b"message_count", b"archive_refs"])
 def test_doctored_snapshot_is_detected(populated: SessionLedger, field: bytes) -> None:
-    """A snapshot edited in the database (a counter, or how many live archives it has) no
-    longer matches the replay and is reported."""
+    """A snapshot edited in the database (a counter, or where its archives are) no longer
+    matches the replay and is reported."""
     with populated.core.store.event_recorder.engine.connect() as connection:
         oid, version, state = connection.execute(
             text(

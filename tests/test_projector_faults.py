@@ -145,14 +145,8 @@ def store_totals(ledger: SessionLedger, cursor: LogCursor) -> dict[str, tuple[in
     Up to it in the log order, (tx_id, id): on PostgreSQL positions alone are not
     the order the read models apply (on SQLite tx_id is 0, and they are).
     """
-    # A session's counters are its last row's; its commit count is its last row's that
-    # changes archives (no other row stores one).
     last_facts = (
-        "SELECT COUNT(*), SUM(e.message_count), SUM(e.pending_tokens), SUM(COALESCE(("
-        "SELECT a.commit_count FROM chatledger_events a WHERE a.id = (SELECT MAX(c.id) "
-        "FROM chatledger_events c WHERE c.originator_id = e.originator_id "
-        "AND (c.tx_id, c.id) <= (:t, :p) "
-        "AND c.event_type IN ('Committed', 'ArchiveMerged', 'Forked', 'Deleted'))), 0)) "
+        "SELECT COUNT(*), SUM(e.message_count), SUM(e.pending_tokens), SUM(e.commit_count) "
         "FROM chatledger_events e WHERE e.id = (SELECT MAX(l.id) FROM chatledger_events l "
         "WHERE l.originator_id = e.originator_id AND (l.tx_id, l.id) <= (:t, :p))"
     )

@@ -146,7 +146,7 @@ def test_snapshot_plus_tail_equals_full_replay(
         prefix = event.mutate(prefix)  # type: ignore[arg-type]
     assert prefix is not None
     snapshot = Session.Snapshot.take(prefix)
-    assert snapshot.state.archives == ()  # counted, not embedded: found from the events
+    assert snapshot.state.archives == ()  # referenced, not embedded
     rebuilt = snapshot.rebuild({e.originator_version: e for e in events[:cut]})
     assert snapshot.matches(rebuilt)
     for event in events[cut:]:

@@ -2,9 +2,8 @@
 
 A row after the first leaves its tenant and key empty, its event type empty
 where the topic is the type's short name (not for the events that carry
-archives), its five actor columns empty where the actor is the one who
-started the session, and its commit counters empty unless it changes archives
-(``chatledger.projections.facts``). Rows written before
+archives), and its five actor columns empty where the actor is the one who
+started the session (``chatledger.projections.facts``). Rows written before
 hold every column. The tests here hold the answers equal on slim, full and
 mixed stores -- audit log, timeline, read models (shared and staged),
 verify, export -- and check that verify still finds an edited slim row.
@@ -34,20 +33,9 @@ _FIRST = (
     "chatledger_events.originator_id AND f.originator_version = 1)"
 )
 _ACTOR = ("actor_account", "actor_user", "actor_agent", "actor_role", "trace_id")
-# The commit counters of the newest archive-changing row at or before a row.
-_LAST_COMMIT = (
-    "(SELECT a.{c} FROM chatledger_events a WHERE a.originator_id = "
-    "chatledger_events.originator_id AND a.originator_version <= "
-    "chatledger_events.originator_version AND a.event_type IN "
-    "('Committed', 'ArchiveMerged', 'Forked', 'Deleted') "
-    "ORDER BY a.originator_version DESC LIMIT 1)"
-)
 # Every slim row made whole, as the versions before slim rows wrote it.
 _FILL = (
     "UPDATE chatledger_events SET "
-    f"commit_count = COALESCE({_LAST_COMMIT.format(c='commit_count')}, 0), "
-    f"archive_count = COALESCE({_LAST_COMMIT.format(c='archive_count')}, 0), "
-    f"last_commit_us = {_LAST_COMMIT.format(c='last_commit_us')}, "
     f"tenant = {_FIRST.format(c='tenant')}, session_key = {_FIRST.format(c='session_key')}, "
     "event_type = CASE WHEN event_type = '' THEN topic ELSE event_type END, "
     "status = CASE WHEN status = '' THEN 'live' ELSE status END, "

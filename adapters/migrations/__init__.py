@@ -24,7 +24,7 @@ from sqlalchemy import Connection, MetaData, inspect, text
 
 from chatledger.domain.failures import StoreUnavailable
 
-SCHEMA_HEAD = "0009"
+SCHEMA_HEAD = "0008"
 """The revision this code writes and reads (the newest file in ``versions/``)."""
 BASELINE = "0001"
 """The revision of a 0.1.0 database, which has no version table."""

@@ -257,11 +257,7 @@ def _check_messages(
             message_run_facts, checked.roles, checked.tool_calls, checked.actors, checked.keys,
             tokens, tenant, key, before, after, first,
         )  # fmt: skip
-        if (
-            stored == facts(slim=True)
-            or stored == facts(slim=False)
-            or stored == facts(slim=True, keep_counters=True)
-        ):
+        if stored == facts(slim=True) or stored == facts(slim=False):
             return session, count, None
         messages = checked.messages()
         events = [
