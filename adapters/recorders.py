@@ -118,6 +118,17 @@ class SqlRecorder:
             params.append(lte)
         return mark, where, params
 
+    def _select_stretch(
+        self, originator_id: UUID, gt: int | None, lte: int | None
+    ) -> tuple[str, str, list[Any]]:
+        """``_stretch`` as a SELECT of the four columns a stored event is read from."""
+        mark, where, params = self._stretch(originator_id, gt, lte)
+        sql = (
+            f"SELECT originator_version, topic, state, timestamp_us FROM {self.table.name} "
+            f"WHERE {where}"
+        )
+        return mark, sql, params
+
     def select_events(
         self,
         originator_id: UUID | str,
@@ -134,11 +145,8 @@ class SqlRecorder:
         snapshot) runs this first.
         """
         oid = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
-        mark, where, params = self._stretch(oid, gt, lte)
-        sql = (
-            f"SELECT originator_version, topic, state, timestamp_us FROM {self.table.name} "
-            f"WHERE {where} ORDER BY originator_version {'DESC' if desc else 'ASC'}"
-        )
+        mark, sql, params = self._select_stretch(oid, gt, lte)
+        sql += f" ORDER BY originator_version {'DESC' if desc else 'ASC'}"
         if limit is not None:
             sql += f" LIMIT {mark}"
             params.append(limit)
@@ -343,11 +351,7 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         """One session's rows (after ``gt``, up to ``lte``, just ``versions``, of ``types``)
         in version order, as the driver returns them: the load path's read, with no object
         built per row beyond the driver's own tuple."""
-        mark, where, params = self._stretch(originator_id, gt, lte)
-        sql = (
-            f"SELECT originator_version, topic, state, timestamp_us FROM {self.table.name} "
-            f"WHERE {where}"
-        )
+        mark, sql, params = self._select_stretch(originator_id, gt, lte)
         if versions is not None:
             sql += f" AND originator_version IN ({', '.join([mark] * len(versions))})"
             params.extend(versions)
