@@ -342,7 +342,10 @@ class PostgresAppender:
         lost it (a ``DEALLOCATE ALL``, say) -- the statement then did not run.
         Errors leave as psycopg's exceptions, as from ``cursor.execute``.
         """
-        values = [None if v is None else e(v) for e, v in zip(self._encoders, row, strict=True)]
+        try:
+            values = [None if v is None else e(v) for e, v in zip(self._encoders, row, strict=True)]
+        except (struct.error, TypeError, AttributeError) as error:  # out of range, wrong type
+            raise self.dbapi.DataError(f"a value the events table cannot hold: {error}") from error
         pgconn = connection.pgconn
         with self._lock:
             prepared = self._prepared.setdefault(connection, set())

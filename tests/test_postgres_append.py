@@ -76,3 +76,24 @@ def test_a_single_writer_numbers_its_appends_without_a_round_trip(
     contents = [m.content for m in ledger.session(ALICE, "a").buffer]
     assert contents == ["first"] + [f"message {i}" for i in range(0, n, 2)]
     assert ledger.verify(ALICE).ok
+
+
+def test_a_value_out_of_a_columns_range_fails_the_append_and_records_nothing(
+    ledger: SessionLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fact over 64 bits is refused as psycopg would (a DataError), never a struct.error."""
+    from chatledger import StoreUnavailable
+    from chatledger.adapters import store
+
+    ledger.add_message(ALICE, "s", "user", "before")
+    real = store.stored_facts
+
+    def too_big(*args: Any, **kwargs: Any) -> Any:
+        return real(*args, **kwargs)._replace(prompt_tokens=2**63)
+
+    monkeypatch.setattr(store, "stored_facts", too_big)
+    with pytest.raises(StoreUnavailable, match="cannot hold"):
+        ledger.add_message(ALICE, "s", "user", "too big")
+    monkeypatch.undo()
+    assert [m.content for m in ledger.session(ALICE, "s").buffer] == ["before"]
+    assert ledger.verify(ALICE).ok
