@@ -148,13 +148,10 @@ class PostgresAppender:
         columns = [c for c in table.columns if c.name != "tx_id"]  # tx_id: the column default
         names = ", ".join(c.name for c in columns)
         draw = f"nextval('{sequence.name}')"
-        self._sql_insert_one = (
-            f"INSERT INTO {name} ({names}) VALUES ({', '.join(['%s'] * len(columns))})"
-        )
-        self._sql_insert_one_drawing = (
-            f"{self._sql_insert_one} RETURNING ARRAY(SELECT {draw} FROM generate_series(1, "
-            f"{_SPARES}))"
-        )
+        insert = f"INSERT INTO {name} ({names}) VALUES "
+        drawing = f" RETURNING ARRAY(SELECT {draw} FROM generate_series(1, {_SPARES}))"
+        self._sql_insert_one = f"{insert}({', '.join(['%s'] * len(columns))})"
+        self._sql_insert_one_drawing = self._sql_insert_one + drawing
         # One row goes through libpq itself (``_run``): a statement prepared once per
         # connection, its parameters already in binary form -- a third of the client's
         # CPU of psycopg's ``execute``, which writers sharing a few cores feel.
@@ -162,13 +159,10 @@ class PostgresAppender:
         self._oids = [oid for oid, _ in types]
         self._encoders = [encode for _, encode in types]
         self._formats = [1] * len(columns)  # binary, every parameter
-        numbered = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+        one = f"{insert}({', '.join(f'${i}' for i in range(1, len(columns) + 1))})"
         self._pq_statements = {
-            _INSERT_ONE: f"INSERT INTO {name} ({names}) VALUES ({numbered})".encode(),
-            _INSERT_ONE_DRAWING: (
-                f"INSERT INTO {name} ({names}) VALUES ({numbered}) RETURNING "
-                f"ARRAY(SELECT {draw} FROM generate_series(1, {_SPARES}))"
-            ).encode(),
+            _INSERT_ONE: one.encode(),
+            _INSERT_ONE_DRAWING: (one + drawing).encode(),
         }
         self._prepared: WeakKeyDictionary[Any, set[bytes]] = WeakKeyDictionary()
         arrays = ", ".join(f"%s::{c.type.compile(dialect=engine.dialect)}[]" for c in columns)
