@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import partial
@@ -586,18 +586,32 @@ class StoredMessages:
         return tokens_of_quarters(self._quarters[start:end])
 
     def _between(self, start: int, end: int) -> list[Message]:
-        """Messages ``start`` to ``end``, built at once (``assemble_all``)."""
-        times = from_micros_all(self._stamps[start:end])
-        names = repeat(None, end - start) if self._names is None else self._names[start:end]
-        with without_cyclic_gc():  # many objects, all kept
-            return assemble_all(Message, [
-                {"id": id_, "role": role, "content": content, "created_at": when, "name": name,
-                 "tool_call": None, "item": None}
-                for id_, role, content, when, name in zip(
-                    self.ids[start:end], self._roles[start:end], self._contents[start:end],
-                    times, names, strict=True,
-                )
-            ])  # fmt: skip
+        """Messages ``start`` to ``end``, built at once."""
+        count = end - start
+        names = repeat(None, count) if self._names is None else self._names[start:end]
+        return _assembled(
+            self.ids[start:end], self._roles[start:end], self._contents[start:end],
+            from_micros_all(self._stamps[start:end]), names, repeat(None, count),
+        )  # fmt: skip
+
+
+def _assembled(
+    ids: Iterable[str],
+    roles: Iterable[str],
+    contents: Iterable[str],
+    times: Iterable[datetime],
+    names: Iterable[str | None],
+    tool_calls: Iterable[ToolCall | None],
+) -> list[Message]:
+    """Messages (no item) from their fields in columns, built at once (``assemble_all``)."""
+    with without_cyclic_gc():  # many objects, all kept
+        return assemble_all(Message, [
+            {"id": id_, "role": role, "content": content, "created_at": when, "name": name,
+             "tool_call": tool, "item": None}
+            for id_, role, content, when, name, tool in zip(
+                ids, roles, contents, times, names, tool_calls, strict=True
+            )
+        ])  # fmt: skip
 
 
 _get_name = methodcaller("get", "n")
@@ -826,18 +840,11 @@ class CheckedMessages:
     def messages(self) -> list[Message]:
         """Every message, built in passes of C code on the first call (then kept)."""
         if self._built is None:
-            count = len(self.ids)
-            names = repeat(None, count) if self._names is None else self._names
-            with without_cyclic_gc():  # many objects, all kept
-                self._built = assemble_all(Message, [
-                    {"id": id_, "role": role, "content": text, "created_at": when,
-                     "name": name, "tool_call": tool, "item": None}
-                    for id_, role, text, when, name, tool in zip(
-                        self.ids, self.roles, self._contents,
-                        map(self._whens.__getitem__, self._stamps), names, self.tool_calls,
-                        strict=True,
-                    )
-                ])  # fmt: skip
+            names = repeat(None, len(self.ids)) if self._names is None else self._names
+            self._built = _assembled(
+                self.ids, self.roles, self._contents,
+                map(self._whens.__getitem__, self._stamps), names, self.tool_calls,
+            )  # fmt: skip
         return self._built
 
     def newest(self, budget: int) -> tuple[list[Message], int]:
