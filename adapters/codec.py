@@ -62,8 +62,16 @@ from chatledger.adapters.sealing import (
     seal,
     seal_compact_message,
 )
-from chatledger.domain.events import EVENT_TYPES, MessageAdded
+from chatledger.domain.events import (
+    EVENT_TYPES,
+    ArchiveMerged,
+    Committed,
+    ItemsRemoved,
+    MessageAdded,
+    TailReplaced,
+)
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.identity import packed_ids, unpacked_ids
 from chatledger.domain.items import describe_item, described
 from chatledger.domain.message_runs import MessageRun, newest_fitting, newest_that_fit
 from chatledger.domain.timestamps import from_micros, from_micros_all
@@ -96,6 +104,14 @@ _ROLES = frozenset(ROLES)
 _ACTORS_KEPT = 1024  # distinct actors whose validated Principal message_added_of_row keeps
 _UNKEYED = frozenset({"originator_id", "originator_version", "idempotency_key"})
 _ZERO = timedelta(0)
+# Where an event names messages by id: stored as ``packed_ids`` (runs of the ledger's own
+# ids as [first, last] versions), read back by ``unpacked_ids``.
+_ID_LISTS: dict[type[SessionEvent], tuple[str, ...]] = {
+    Committed: ("archive", "message_ids"),
+    ArchiveMerged: ("archive", "message_ids"),
+    ItemsRemoved: ("message_ids",),
+    TailReplaced: ("removed_ids",),
+}
 _EPOCH_UTC = from_micros(0)
 
 
@@ -168,10 +184,21 @@ def encode(event: SessionEvent, sealing: Sealing | None = None) -> tuple[str, by
             seal_compact_message(payload, event.message, *sealing, aad)  # type: ignore[attr-defined]
     else:
         payload = _fields(event)
+        path = _ID_LISTS.get(cls)
+        if path is not None:
+            _repack(payload, path, partial(packed_ids, event.originator_id))
         parts = PARTS.get(cls)
         if sealing is not None and parts is not None:
             seal(parts, payload, *sealing, row_aad(event.originator_id, topic))
     return topic, json_text(payload).encode()
+
+
+def _repack(payload: dict[str, Any], path: tuple[str, ...], change: Callable[[Any], Any]) -> None:
+    """Replace the id list at ``path`` in ``payload`` by ``change`` of it."""
+    holder = payload
+    for key in path[:-1]:
+        holder = holder[key]
+    holder[path[-1]] = change(holder[path[-1]])
 
 
 def _utc(moment: datetime) -> bool:
@@ -278,6 +305,9 @@ def decode(
         fields = _message_added_fields(data, timestamp_us)
     else:
         fields = data
+        path = _ID_LISTS.get(cls)
+        if path is not None:
+            _repack(fields, path, partial(unpacked_ids, originator_id))
         fields.setdefault("timestamp", from_micros(timestamp_us))
         from_version = fields.pop("class_version", 1)
         class_version = getattr(cls, "class_version", 1)

@@ -2,13 +2,17 @@
 
 The same key in two accounts names two sessions, and a key resolves to its
 stream without a lookup table. Keys are validated here so that a bad key is
-rejected before anything is recorded.
+rejected before anything is recorded. The ids the ledger gives messages come from
+their place in the stream (``message_id_at``), and lists of them are stored packed
+into runs (``packed_ids``).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from functools import lru_cache
+from typing import Any
 
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.values import has_control_characters, has_surrogates
@@ -44,3 +48,74 @@ def session_id(account_id: str, key: str) -> uuid.UUID:
     # The unit separator cannot occur in either part (control characters are
     # rejected above), so distinct pairs can never collide in the name.
     return uuid.uuid5(SESSION_NAMESPACE, f"{account_id}\x1f{key}")
+
+
+# ------------------------------------------------------------------ message ids
+# A message the ledger names itself gets the id of its place in the stream: the first
+# 16 hex digits of its session's id, then its version in 16. It looks like a random
+# id (32 hex digits), stays unique across sessions and versions, and can be told from
+# the row alone -- so an event that names many messages (an archive, a removal) stores
+# a run of such ids as the first and last version.
+_PREFIX_DIGITS = 16
+MAX_ID_RUN = 10_000_000
+"""The longest run of message ids a stored event may unpack to (a guard against a
+damaged row asking for billions)."""
+
+
+def message_id_at(session: uuid.UUID, version: int) -> str:
+    """The id the ledger gives the message it records at ``version`` of ``session``."""
+    return f"{session.hex[:_PREFIX_DIGITS]}{version:016x}"
+
+
+def version_named(session: uuid.UUID, message_id: str) -> int | None:
+    """The version whose ``message_id_at`` is ``message_id``, or ``None`` if it is no
+    such id (a random one, a caller's own, another session's)."""
+    prefix = session.hex[:_PREFIX_DIGITS]
+    if len(message_id) != 2 * _PREFIX_DIGITS or not message_id.startswith(prefix):
+        return None
+    try:
+        version = int(message_id[_PREFIX_DIGITS:], 16)
+    except ValueError:
+        return None
+    return version if version > 0 and f"{version:016x}" == message_id[_PREFIX_DIGITS:] else None
+
+
+def packed_ids(session: uuid.UUID, message_ids: Iterable[str]) -> list[str | list[int]]:
+    """``message_ids`` as stored: each run of the ledger's own ids of consecutive
+    versions as ``[first, last]``, any other id as it is (``unpacked_ids`` reverses it)."""
+    packed: list[str | list[int]] = []
+    last: list[int] | None = None
+    for message_id in message_ids:
+        version = version_named(session, message_id)
+        if version is None:
+            packed.append(message_id)
+            last = None
+        elif last is not None and last[1] + 1 == version:
+            last[1] = version
+        else:
+            last = [version, version]
+            packed.append(last)
+    return packed
+
+
+def unpacked_ids(session: uuid.UUID, stored: Iterable[Any]) -> tuple[str, ...]:
+    """The message ids a stored (possibly ``packed_ids``) list names, in order.
+
+    Raises ``ValueError`` for an entry that is neither an id nor a ``[first, last]``
+    run of versions (at most ``MAX_ID_RUN`` long)."""
+    prefix = session.hex[:_PREFIX_DIGITS]
+    ids: list[str] = []
+    for entry in stored:
+        if type(entry) is str:
+            ids.append(entry)
+            continue
+        if not (
+            type(entry) is list
+            and len(entry) == 2
+            and type(entry[0]) is int
+            and type(entry[1]) is int
+            and 0 < entry[0] <= entry[1] < entry[0] + MAX_ID_RUN
+        ):
+            raise ValueError(f"{entry!r} is neither a message id nor a run of versions")
+        ids.extend(f"{prefix}{version:016x}" for version in range(entry[0], entry[1] + 1))
+    return tuple(ids)

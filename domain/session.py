@@ -42,6 +42,7 @@ from chatledger.domain.events import (
     TaskStateChanged,
     UsageImported,
     drop_built,
+    new_id,
 )
 from chatledger.domain.eventsourced import DomainEvent
 from chatledger.domain.failures import (
@@ -50,7 +51,7 @@ from chatledger.domain.failures import (
     SessionErased,
     UnknownSession,
 )
-from chatledger.domain.identity import session_id
+from chatledger.domain.identity import message_id_at, session_id, version_named
 from chatledger.domain.message_runs import MessageRun, newest_that_fit
 from chatledger.domain.values import (
     ArchiveSummary,
@@ -287,12 +288,15 @@ class Session(BaseAggregate[UUID]):
                 f"Session {self.key!r} was deleted; add a message to start it afresh."
             )
 
-    def add_message(self, message: Message, *, actor: Principal, timestamp: datetime) -> None:
+    def add_message(self, message: Message, *, actor: Principal, timestamp: datetime) -> str:
+        """Record ``message``; its id, which the ledger gives it (``message_id_at`` its
+        version) if it has none."""
         if self.deleted:
             self.restart_if_deleted(None, actor=actor, timestamp=timestamp)
-        if message.id in self.buffer:
+        own = message.id
+        if own and own in self.buffer:
             raise InvalidInput(
-                f"A message with id {message.id!r} is already in the live buffer; "
+                f"A message with id {own!r} is already in the live buffer; "
                 "use a fresh id (or omit it to get one)."
             )
         if self.evicted:  # the message brings the session back: record that first
@@ -301,14 +305,26 @@ class Session(BaseAggregate[UUID]):
             )
         if self.erased:
             self.require_writable()
+        version = self._version + 1
+        if not own:
+            message = assemble(
+                Message, {**message.__dict__, "id": message_id_at(self._id, version)}
+            )
+        elif version_named(self._id, own) not in (None, version):
+            raise InvalidInput(
+                f"The message id {own!r} has the form of the ids this ledger gives the "
+                "session's messages, for another place in it; use another id (or omit it "
+                "to get one)."
+            )
         write_key, self._write_key = self._write_key, None
         # The hottest event: built from a validated message and principal without a second
         # validation (``trigger_event`` builds every other kind).
         self._take(assemble(MessageAdded, {
-            "originator_id": self._id, "originator_version": self._version + 1,
+            "originator_id": self._id, "originator_version": version,
             "timestamp": timestamp, "actor": actor, "idempotency_key": write_key,
             "message": message,
         }))  # fmt: skip
+        return message.id
 
     def commit(
         self,
@@ -408,9 +424,10 @@ class Session(BaseAggregate[UUID]):
         *,
         actor: Principal,
         timestamp: datetime,
-    ) -> None:
+    ) -> list[str]:
         """Replace the newest live items, which must be exactly ``expected_ids`` (oldest
-        first), by ``messages``; ``ConcurrencyConflict`` if the tail moved on."""
+        first), by ``messages``; ``ConcurrencyConflict`` if the tail moved on. The ids of
+        the new items (a random one for each that had none)."""
         self.require_present()
         tail = list(self.buffer)[-len(expected_ids) :] if expected_ids else []
         if tail != list(expected_ids):
@@ -419,6 +436,11 @@ class Session(BaseAggregate[UUID]):
                 "(another writer changed the buffer); read the tail again. Nothing was recorded."
             )
         kept = set(self.buffer) - set(expected_ids)
+        # One event holds them all: a message without an id gets a random one, not one
+        # of the ids of the stream's places (each names a single message).
+        messages = [
+            m if m.id else assemble(Message, {**m.__dict__, "id": new_id()}) for m in messages
+        ]
         clash = [m.id for m in messages if m.id in kept]
         if clash or len({m.id for m in messages}) != len(messages):
             raise InvalidInput(f"Item ids {clash} are already live; use fresh ids.")
@@ -429,6 +451,7 @@ class Session(BaseAggregate[UUID]):
             actor=actor,
             timestamp=timestamp,
         )
+        return [m.id for m in messages]
 
     def change_state(
         self,

@@ -159,13 +159,18 @@ class Message(Value):
     summaries and prompt contexts read.
     """
 
-    id: str = Field(min_length=1, max_length=MESSAGE_ID_CHARS)
+    id: str = Field(max_length=MESSAGE_ID_CHARS)  # empty: the ledger names it as it records it
     role: Role
     content: str
     created_at: datetime
     name: str | None = None
     tool_call: ToolCall | None = None
     item: dict[str, Any] | None = None
+
+    def named(self, message_id: str) -> Message:
+        """This message with the id ``message_id`` (a valid one), built without validating
+        the rest again."""
+        return assemble(Message, {**self.__dict__, "id": message_id})
 
     @property
     def tokens(self) -> int:

@@ -23,6 +23,7 @@ from uuid import UUID
 
 from chatledger.domain.events import ArchiveMerged, Committed, Deleted, Forked
 from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.identity import unpacked_ids
 from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import ArchiveSummary
 
@@ -56,10 +57,10 @@ class ArchiveEvent:
 
 
 # ---------------------------------------------------------------- from JSON
-def _archive_from_json(data: dict[str, Any]) -> ArchiveFacts:
+def _archive_from_json(data: dict[str, Any], session_id: UUID) -> ArchiveFacts:
     return ArchiveFacts(
         data["archive_id"],
-        tuple(data["message_ids"]),
+        unpacked_ids(session_id, data["message_ids"]),
         data["tokens"],
         to_micros(datetime.fromisoformat(data["created_at"])),
     )
@@ -81,17 +82,17 @@ def archive_event_from_json(
     """
     base = (position, session_id, version, type_name, tenant, key)
     if type_name == "Committed":
-        return ArchiveEvent(*base, (_archive_from_json(state["archive"]),))
+        return ArchiveEvent(*base, (_archive_from_json(state["archive"], session_id),))
     if type_name == "ArchiveMerged":
         return ArchiveEvent(
             *base,
-            (_archive_from_json(state["archive"]),),
+            (_archive_from_json(state["archive"], session_id),),
             sources=tuple(state["source_archive_ids"]),
         )
     if type_name == "Forked":
         return ArchiveEvent(
             *base,
-            tuple(_archive_from_json(a) for a in state["archives"]),
+            tuple(_archive_from_json(a, session_id) for a in state["archives"]),
             origin_id=UUID(state["origin_session_id"]),
         )
     if type_name == "Deleted":

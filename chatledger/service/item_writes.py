@@ -18,7 +18,7 @@ from typing import Any
 
 from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target, scope_target
-from chatledger.domain.events import ItemsRemoved, MessageAdded, TailReplaced, new_id
+from chatledger.domain.events import ItemsRemoved, MessageAdded, TailReplaced
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.items import described
 from chatledger.domain.limits import MAX_NAME_CHARS, Limits, check_json, check_message
@@ -34,7 +34,7 @@ from chatledger.domain.values import (
 from chatledger.results import AddedMessage
 from chatledger.service.messages import KEY_REUSED, same_message
 from chatledger.service.sessions import AlreadyRecorded, Part, SessionStore
-from chatledger.service.writes import added
+from chatledger.service.writes import added, recorded_messages
 
 
 def build_items(limits: Limits, now: datetime, items: Sequence[Mapping[str, Any]]) -> list[Message]:
@@ -62,13 +62,11 @@ def build_items(limits: Limits, now: datetime, items: Sequence[Mapping[str, Any]
             and (name is None or type(name) is str)
         ):  # every field checked (the item by check_json): no second validation
             message = assemble(Message, {
-                "id": new_id(), "role": role, "content": text, "created_at": now,
+                "id": "", "role": role, "content": text, "created_at": now,
                 "name": name, "tool_call": None, "item": own,
             })  # fmt: skip
         else:
-            message = Message(
-                id=new_id(), role=role, content=text, created_at=now, name=name, item=own
-            )
+            message = Message(id="", role=role, content=text, created_at=now, name=name, item=own)
         built.append(check_message(message, limits))
     return built
 
@@ -99,14 +97,11 @@ def record_with_state(
     """Append ``messages`` (and the state changes) to the session, and the shared state
     changes to their scopes -- all in one transaction."""
 
-    def apply(session: Session) -> list[int]:
+    def apply(session: Session) -> list[tuple[int, str]]:
         session.restart_if_deleted(context, actor=principal, timestamp=now)
-        versions = []
-        for message in messages:
-            session.add_message(message, actor=principal, timestamp=now)
-            versions.append(session.version)
+        recorded = recorded_messages(session, messages, principal, now)
         session.change_state(state, actor=principal, timestamp=now)
-        return versions
+        return recorded
 
     def create() -> Session:
         return Session.start(
@@ -131,7 +126,7 @@ def record_with_state(
             )  # fmt: skip
     except AlreadyRecorded as done:  # a retry with the same key: what the first call returned
         return _items_recorded(sessions, done.rows, messages)
-    return added(messages, written)
+    return added(written)
 
 
 def _items_recorded(
@@ -224,9 +219,9 @@ def replace_tail(
 ) -> list[AddedMessage]:
     """Replace the live tail ``expected_ids`` by ``messages`` (one ``TailReplaced``)."""
 
-    def apply(session: Session) -> list[int]:
-        session.replace_tail(expected_ids, messages, actor=principal, timestamp=now)
-        return [session.version] * len(messages)
+    def apply(session: Session) -> list[tuple[int, str]]:
+        ids = session.replace_tail(expected_ids, messages, actor=principal, timestamp=now)
+        return [(session.version, message_id) for message_id in ids]
 
     try:
         written = sessions.write(
@@ -249,7 +244,7 @@ def replace_tail(
             )
             for m in event.messages
         ]
-    return added(messages, written)
+    return added(written)
 
 
 def live_items(

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chatledger.domain.events import new_id
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.identity import validate_key
 from chatledger.domain.limits import Limits, check_context, check_message
@@ -48,12 +47,12 @@ def build_message(
         # The usual call (text and a role, nothing else), each field checked above or
         # below: built without a second validation of the same values.
         plain = assemble(Message, {
-            "id": new_id(), "role": role, "content": content, "created_at": now,
+            "id": "", "role": role, "content": content, "created_at": now,
             "name": None, "tool_call": None, "item": None,
         })  # fmt: skip
         return check_message(plain, limits)
     if not message_id:
-        message_id = new_id()
+        message_id = ""  # the session names it (``Session.add_message``)
     else:
         validate_key(message_id, what="message id")
     if tool_call is not None and not isinstance(tool_call, ToolCall):
@@ -78,7 +77,7 @@ def build_messages(
     if not specs:
         raise InvalidInput("add_messages needs at least one message.")
     built = [_from_spec(limits, now, spec) for spec in specs]
-    ids = [m.id for m in built]
+    ids = [m.id for m in built if m.id]  # (the rest get theirs as they are recorded)
     if len(set(ids)) != len(ids):
         raise InvalidInput("Message ids within one call must be distinct.")
     return built

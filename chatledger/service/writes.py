@@ -35,14 +35,10 @@ def record_messages(
 ) -> list[AddedMessage]:
     """Append ``messages`` to the session (started with ``context`` if new), all or none."""
 
-    def apply(session: Session) -> list[int]:
+    def apply(session: Session) -> list[tuple[int, str]]:
         if session.deleted:
             session.restart_if_deleted(context, actor=principal, timestamp=now)
-        versions = []
-        for message in messages:
-            session.add_message(message, actor=principal, timestamp=now)
-            versions.append(session.version)
-        return versions
+        return recorded_messages(session, messages, principal, now)
 
     def create() -> Session:
         return Session.start(
@@ -59,20 +55,31 @@ def record_messages(
         )
     except AlreadyRecorded as done:
         return _messages_recorded(sessions, done.rows, messages)
-    return added(messages, written)
+    return added(written)
 
 
-def added(messages: list[Message], written: Written[list[int]]) -> list[AddedMessage]:
-    """What a write of ``messages`` returns: each one's id, version and position, and the
-    session's pending tokens after the write (values the write just made, so built
-    without validating them again)."""
+def recorded_messages(
+    session: Session, messages: list[Message], principal: Principal, now: datetime
+) -> list[tuple[int, str]]:
+    """Record ``messages`` in ``session``: the version and id of each."""
+    recorded = []
+    for message in messages:
+        message_id = session.add_message(message, actor=principal, timestamp=now)
+        recorded.append((session.version, message_id))
+    return recorded
+
+
+def added(written: Written[list[tuple[int, str]]]) -> list[AddedMessage]:
+    """What a write of messages returns: each one's id, version and position (the write's
+    outcome: the version and id of each), and the session's pending tokens after the
+    write (values the write just made, so built without validating them again)."""
     positions = written.positions
     first = written.version - len(positions) + 1  # the versions of the write's events
     pending = written.pending_tokens  # (not the session's now: other threads write to it)
     results = []
-    for message, version in zip(messages, written.outcome, strict=True):
+    for version, message_id in written.outcome:
         index = version - first
-        fields = {"message_id": message.id, "version": version, "pending_tokens": pending}
+        fields = {"message_id": message_id, "version": version, "pending_tokens": pending}
         fields["position"] = positions[index] if 0 <= index < len(positions) else 0
         results.append(assemble(AddedMessage, fields))
     return results
