@@ -159,7 +159,7 @@ class Message(Value):
     summaries and prompt contexts read.
     """
 
-    id: str = Field(max_length=MESSAGE_ID_CHARS)  # empty: the ledger names it as it records it
+    id: str = Field(min_length=1, max_length=MESSAGE_ID_CHARS)
     role: Role
     content: str
     created_at: datetime
@@ -168,8 +168,8 @@ class Message(Value):
     item: dict[str, Any] | None = None
 
     def named(self, message_id: str) -> Message:
-        """This message with the id ``message_id`` (a valid one), built without validating
-        the rest again."""
+        """This message with the id ``message_id`` (a valid one, or ``""``: one a session
+        names as it records it), built without validating the rest again."""
         return assemble(Message, {**self.__dict__, "id": message_id})
 
     @property

@@ -32,7 +32,7 @@ from chatledger.domain.values import (
     has_control_characters,
 )
 from chatledger.results import AddedMessage
-from chatledger.service.messages import KEY_REUSED, same_message
+from chatledger.service.messages import KEY_REUSED, same_message, unnamed
 from chatledger.service.sessions import AlreadyRecorded, Part, SessionStore
 from chatledger.service.writes import added, recorded_messages
 
@@ -66,7 +66,7 @@ def build_items(limits: Limits, now: datetime, items: Sequence[Mapping[str, Any]
                 "name": name, "tool_call": None, "item": own,
             })  # fmt: skip
         else:
-            message = Message(id="", role=role, content=text, created_at=now, name=name, item=own)
+            message = unnamed(None, role=role, content=text, created_at=now, name=name, item=own)
         built.append(check_message(message, limits))
     return built
 

@@ -51,14 +51,12 @@ def build_message(
             "name": None, "tool_call": None, "item": None,
         })  # fmt: skip
         return check_message(plain, limits)
-    if not message_id:
-        message_id = ""  # the session names it (``Session.add_message``)
-    else:
+    if message_id:
         validate_key(message_id, what="message id")
     if tool_call is not None and not isinstance(tool_call, ToolCall):
         tool_call = ToolCall.model_validate(tool_call)
-    message = Message(
-        id=message_id,
+    message = unnamed(
+        message_id,
         role=role,
         content=content,
         created_at=created_at or now,
@@ -151,3 +149,11 @@ def same_message(recorded: Message, asked: Message) -> bool:
         asked.name,
         asked.tool_call,
     )
+
+
+def unnamed(message_id: str | None, **fields: Any) -> Message:
+    """A validated ``Message`` of ``fields``: with ``message_id``, or else without an id
+    (``""``), one its session names as it records it (``Session.add_message``)."""
+    if message_id:
+        return Message(id=message_id, **fields)
+    return Message(id="-", **fields).named("")
