@@ -101,10 +101,12 @@ def test_the_actor_is_written_for_each_principal_not_the_last_one() -> None:
 @settings(max_examples=200, deadline=None)
 @given(texts, roles)
 def test_build_message_gives_the_validated_message(content: str, role: str) -> None:
-    """The message built without a second validation equals, dumps and prints as the
-    validated one with the same values."""
-    built = build_message(Limits(), T0, role, content)
-    validated = Message(id=built.id, role=role, content=content, created_at=T0)  # type: ignore[arg-type]
+    """The message built without a second validation (no id: its session names it) equals,
+    dumps and prints, once named, as the validated one with the same values."""
+    unnamed = build_message(Limits(), T0, role, content)
+    assert unnamed.id == ""
+    built = unnamed.named("m-1")
+    validated = Message(id="m-1", role=role, content=content, created_at=T0)  # type: ignore[arg-type]
     assert built == validated
     assert built.model_dump() == validated.model_dump()
     assert repr(built) == repr(validated)
@@ -174,10 +176,13 @@ def test_check_json_refuses_exactly_what_is_over_the_limit(value: object) -> Non
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(ITEMS))
 def test_build_items_gives_the_validated_messages(item: dict[str, object]) -> None:
-    """An item's entry, built without a second validation, equals the validated one."""
-    (built,) = build_items(Limits(), T0, [item])
+    """An item's entry, built without a second validation (and without an id, which its
+    session gives it), equals the validated one once named."""
+    (unnamed,) = build_items(Limits(), T0, [item])
+    assert unnamed.id == ""
+    built = unnamed.named("m-1")
     validated = Message(
-        id=built.id, role=built.role, content=built.content, created_at=T0, name=built.name,
+        id="m-1", role=built.role, content=built.content, created_at=T0, name=built.name,
         item=dict(item),
     )  # fmt: skip
     assert built == validated and repr(built) == repr(validated)
@@ -197,8 +202,10 @@ def test_a_message_time_in_another_zone_is_kept_even_at_the_same_instant() -> No
 
 
 def item_event(item: dict[str, object], *, name: str | None = None) -> MessageAdded:
-    """A ``MessageAdded`` of ``item`` as ``build_items`` makes it (or with another name)."""
+    """A ``MessageAdded`` of ``item`` as ``build_items`` makes it (or with another name),
+    with an id of its own."""
     (built,) = build_items(Limits(), T0, [item])
+    built = built.named("m-1")
     if name is not None:
         built = built.model_copy(update={"name": name})
     return message_added(built, T0)
