@@ -7,7 +7,8 @@ gives back: no ids or versions (own columns), no ``timestamp`` when it is UTC
 (the ``timestamp_us`` column), no field equal to its default. A
 ``MessageAdded`` -- nearly every row of a ledger -- is written in a shape of
 its own, with one-letter keys: ``a`` the actor as a list (account, user,
-agent, role, trace; trailing defaults left out), ``i`` the message id, ``r``
+agent, role, trace; trailing defaults left out), ``i`` the message id (left
+out when it is the id of its place, ``message_id_at`` the row's version), ``r``
 ``c`` ``n`` its role, text and name (left out for a framework item, ``x``,
 whose own text gives them back exactly), ``t`` a tool call, ``at`` the
 message time when it is not the event's, ``k`` an idempotency key.
@@ -71,7 +72,7 @@ from chatledger.domain.events import (
     TailReplaced,
 )
 from chatledger.domain.eventsourced import SessionEvent
-from chatledger.domain.identity import packed_ids, unpacked_ids
+from chatledger.domain.identity import message_id_at, packed_ids, unpacked_ids
 from chatledger.domain.items import describe_item, described
 from chatledger.domain.message_runs import MessageRun, newest_fitting, newest_that_fit
 from chatledger.domain.timestamps import from_micros, from_micros_all
@@ -104,6 +105,7 @@ _ROLES = frozenset(ROLES)
 _ACTORS_KEPT = 1024  # distinct actors whose validated Principal message_added_of_row keeps
 _UNKEYED = frozenset({"originator_id", "originator_version", "idempotency_key"})
 _ZERO = timedelta(0)
+_NO_ID = msgspec.UNSET  # a payload's id where it names none: its message's is its place's
 # Where an event names messages by id: stored as ``packed_ids`` (runs of the ledger's own
 # ids as [first, last] versions), read back by ``unpacked_ids``.
 _ID_LISTS: dict[type[SessionEvent], tuple[str, ...]] = {
@@ -232,14 +234,23 @@ def _plain_message(event: MessageAdded) -> bytes | None:
     ):  # fmt: skip
         return None
     item, text = m.item, _string
+    own = _own_id(event)
     if item is None:
         if m.name is not None:
             return None
         actor = _actor_json(event.actor)
-        return f'{{"a":{actor},"i":{text(m.id)},"r":{text(m.role)},"c":{text(m.content)}}}'.encode()
+        return f'{{"a":{actor},{own}"r":{text(m.role)},"c":{text(m.content)}}}'.encode()
     if described(item) != (m.role, m.content, m.name):
         return None
-    return f'{{"a":{_actor_json(event.actor)},"i":{text(m.id)},"x":{json_text(item)}}}'.encode()
+    return f'{{"a":{_actor_json(event.actor)},{own}"x":{json_text(item)}}}'.encode()
+
+
+def _own_id(event: MessageAdded) -> str:
+    """The ``"i":...,`` a payload needs: none where the message id is its place's."""
+    message_id = event.message.id
+    if message_id == message_id_at(event.originator_id, event.originator_version):
+        return ""
+    return f'"i":{_string(message_id)},'
 
 
 def _actor_json(actor: Principal) -> str:
@@ -262,7 +273,9 @@ def _actor_list(a: Principal) -> list[str]:
 
 def _message_added(event: MessageAdded) -> dict[str, Any]:
     m = event.message
-    payload: dict[str, Any] = {"a": _actor_list(event.actor), "i": m.id}
+    payload: dict[str, Any] = {"a": _actor_list(event.actor)}
+    if m.id != message_id_at(event.originator_id, event.originator_version):
+        payload["i"] = m.id
     item = m.item
     if item is None or described(item) != (m.role, m.content, m.name):
         payload["r"] = m.role
@@ -302,7 +315,7 @@ def decode(
     if sealed is not None:
         unseal(cls, data, sealed, ciphers or _no_keys, row_aad(originator_id, topic))
     if cls is MessageAdded:
-        fields = _message_added_fields(data, timestamp_us)
+        fields = _message_added_fields(data, timestamp_us, message_id_at(originator_id, version))
     else:
         fields = data
         path = _ID_LISTS.get(cls)
@@ -329,7 +342,11 @@ def _no_keys(key_id: str) -> AESGCM | None:
     return None
 
 
-def _message_added_fields(data: dict[str, Any], timestamp_us: int) -> dict[str, Any]:
+def _message_added_fields(
+    data: dict[str, Any], timestamp_us: int, placed_id: str
+) -> dict[str, Any]:
+    """The fields of a ``MessageAdded`` of this payload (``placed_id``: the id of its place,
+    the message's where the payload names none)."""
     unknown = data.keys() - _MESSAGE_KEYS
     if unknown:
         raise ValueError(f"a MessageAdded payload has unknown keys {sorted(unknown)}")
@@ -337,7 +354,10 @@ def _message_added_fields(data: dict[str, Any], timestamp_us: int) -> dict[str, 
     actor = data["a"]
     if not isinstance(actor, list) or not 1 <= len(actor) <= len(_ACTOR_FIELDS):
         raise TypeError("a MessageAdded payload's actor is not a list of 1 to 5 values")
-    message: dict[str, Any] = {"id": data["i"], "created_at": data.get("at", timestamp)}
+    message: dict[str, Any] = {
+        "id": data.get("i", placed_id),
+        "created_at": data.get("at", timestamp),
+    }
     if "r" in data:
         message.update(role=data["r"], content=data["c"], name=data.get("n"))
     else:
@@ -401,18 +421,21 @@ def decode_payloads(
 def trusted_messages(
     states: Sequence[bytes],
     stamps: Sequence[int],
+    placed: Sequence[str],
     opener: Callable[[dict[str, Any], Any], object] | None = None,
 ) -> list[Message]:
-    """The messages of consecutive format-2 ``MessageAdded`` rows (payloads and their
-    ``timestamp_us``), built without validating them again; equal to what ``decode``
-    gives (sealed payloads opened by ``opener(payload, sealed)``). Raises ``ValueError``
-    if a payload is not JSON, or is sealed and there is no ``opener``."""
-    return _messages(decode_payloads(states, opener), stamps)
+    """The messages of consecutive format-2 ``MessageAdded`` rows (payloads, their
+    ``timestamp_us``, and the ids of their places: ``message_ids_at`` their versions),
+    built without validating them again; equal to what ``decode`` gives (sealed
+    payloads opened by ``opener(payload, sealed)``). Raises ``ValueError`` if a payload
+    is not JSON, or is sealed and there is no ``opener``."""
+    return _messages(decode_payloads(states, opener), stamps, placed)
 
 
 def stored_run(
     states: Sequence[bytes],
     stamps: Sequence[int],
+    placed: Sequence[str],
     opener: Callable[[dict[str, Any], Any], object] | None = None,
 ) -> MessageRun:
     """``trusted_messages`` as a run for ``Session.replay_run``: plain text messages are
@@ -432,22 +455,23 @@ def stored_run(
         pass
     else:
         if len(plain) == len(states):  # else a payload held more than one JSON value
-            return StoredMessages.of_plain(plain, stamps)
-    return parsed_run(states, stamps, opener)
+            return StoredMessages.of_plain(plain, stamps, placed)
+    return parsed_run(states, stamps, placed, opener)
 
 
 def parsed_run(
     states: Sequence[bytes],
     stamps: Sequence[int],
+    placed: Sequence[str],
     opener: Callable[[dict[str, Any], Any], object] | None = None,
 ) -> MessageRun:
     """``stored_run`` the general way: every payload parsed into a dict (sealed ones
     opened), plain text runs still kept unbuilt. The tests hold the two equal."""
     payloads = decode_payloads(states, opener)
     try:
-        return StoredMessages(payloads, stamps)
+        return StoredMessages(payloads, stamps, placed)
     except ValueError:
-        return BuiltMessages(_messages(payloads, stamps))
+        return BuiltMessages(_messages(payloads, stamps, placed))
 
 
 def _json_array(states: Sequence[bytes]) -> bytes:
@@ -465,28 +489,46 @@ class _PlainText(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     ``StoredMessages`` takes (the actor is not read back: a run keeps messages only)."""
 
     a: msgspec.Raw
-    i: str
     r: Role
     c: str
+    i: str | msgspec.UnsetType = msgspec.UNSET  # unset: the id of the row's place
     n: str | None = None
     k: str | None = None
 
 
 _plain_texts = msgspec.json.Decoder(list[_PlainText]).decode
 _ID, _ROLE, _CONTENT, _NAME = attrgetter("i"), attrgetter("r"), attrgetter("c"), attrgetter("n")
+_get_id = methodcaller("get", "i", _NO_ID)
 
 
-def _messages(decoded: Sequence[Any], stamps: Sequence[int]) -> list[Message]:
-    if len(decoded) != len(stamps):
-        raise ValueError(f"{len(decoded)} payloads but {len(stamps)} timestamps")
+def _placed(ids: list[Any], placed: Sequence[str]) -> list[Any]:
+    """A run's stored ids (``_NO_ID`` where a payload names none) with the ids of their
+    places (``placed``) where they name none."""
+    if len(ids) != len(placed):
+        raise ValueError(f"{len(ids)} payloads but {len(placed)} places")
+    unset = ids.count(_NO_ID)
+    if not unset:
+        return ids
+    if unset == len(ids):  # written since ids came from places: none named
+        return list(placed)
+    return [p if i is _NO_ID else i for i, p in zip(ids, placed, strict=True)]
+
+
+def _messages(
+    decoded: Sequence[Any], stamps: Sequence[int], placed: Sequence[str]
+) -> list[Message]:
+    if not len(decoded) == len(stamps) == len(placed):
+        raise ValueError(
+            f"{len(decoded)} payloads, {len(stamps)} timestamps and {len(placed)} places"
+        )
     messages: list[Message] = []
     append, built = messages.append, _built
     last_us = -1
     when: datetime | None = None
     plain = _PLAIN_KEYS
-    for data, us in zip(decoded, stamps, strict=True):
+    for data, us, place in zip(decoded, stamps, placed, strict=True):
         if not isinstance(data, dict) or not data.keys() <= plain:
-            append(Message.model_validate(_message_added_fields(data, us)["message"]))
+            append(Message.model_validate(_message_added_fields(data, us, place)["message"]))
             continue
         if us != last_us:
             when, last_us = from_micros(us), us
@@ -495,7 +537,7 @@ def _messages(decoded: Sequence[Any], stamps: Sequence[int]) -> list[Message]:
             role, content, name = data["r"], data["c"], data.get("n")
         else:
             role, content, name = describe_item(item)  # type: ignore[arg-type]
-        append(built(data["i"], role, content, when, name, None, item))
+        append(built(data.get("i", place), role, content, when, name, None, item))
     return messages
 
 
@@ -536,13 +578,13 @@ class StoredMessages:
         "user_turns",
     )  # fmt: skip
 
-    def __init__(self, payloads: list[Any], stamps: Sequence[int]) -> None:
+    def __init__(self, payloads: list[Any], stamps: Sequence[int], placed: Sequence[str]) -> None:
         if len(payloads) != len(stamps):
             raise ValueError(f"{len(payloads)} payloads but {len(stamps)} timestamps")
         try:  # each a pass in C; anything but a JSON object fails the itemgetter
             if not all(map(_TEXT_KEYS.issuperset, payloads)):
                 raise ValueError("not a run of plain text messages")
-            ids: list[str] = list(map(itemgetter("i"), payloads))
+            ids: list[str] = _placed(list(map(_get_id, payloads)), placed)
             roles: list[str] = list(map(itemgetter("r"), payloads))
             contents: list[str] = list(map(itemgetter("c"), payloads))
             names: list[str | None] | None = None  # None: no message has a name
@@ -555,17 +597,20 @@ class StoredMessages:
                 and set(roles) <= _ROLES
             ):
                 raise ValueError("a message field of the wrong type")
-        except (KeyError, TypeError) as error:  # a key missing, not an object, a list role
+        except (KeyError, TypeError, AttributeError) as error:  # a key missing, not an object
             raise ValueError(f"not a run of plain text messages ({error!r})") from None
         self._hold(ids, roles, contents, names, stamps)
 
     @classmethod
-    def of_plain(cls, payloads: list[_PlainText], stamps: Sequence[int]) -> StoredMessages:
+    def of_plain(
+        cls, payloads: list[_PlainText], stamps: Sequence[int], placed: Sequence[str]
+    ) -> StoredMessages:
         """The run of payloads msgspec parsed and checked already (``stored_run``)."""
         run = cls.__new__(cls)
         names: list[str | None] = list(map(_NAME, payloads))
         run._hold(
-            list(map(_ID, payloads)), list(map(_ROLE, payloads)), list(map(_CONTENT, payloads)),
+            _placed(list(map(_ID, payloads)), placed), list(map(_ROLE, payloads)),
+            list(map(_CONTENT, payloads)),
             None if names.count(None) == len(names) else names, stamps,
         )  # fmt: skip
         return run
@@ -697,8 +742,15 @@ def message_added_of_row(
     except (ValueError, TypeError):  # decode says what is wrong with it
         return None
     match data:  # the usual shape, its types checked in the match
-        case {"a": list() as actor, "i": str() as id_, "r": str() as role, "c": str() as text}:
-            if len(data) == 4:
+        case {"a": list() as actor, "r": str() as role, "c": str() as text}:
+            id_ = data.get("i", _NO_ID)
+            if id_ is _NO_ID:  # the id of its place
+                id_, usual = message_id_at(originator_id, version), 3
+            elif type(id_) is str:
+                usual = 4
+            else:
+                return None
+            if len(data) == usual:
                 name = key = tool = item = None
             elif data.keys() <= _CHECKED_KEYS:
                 name, key, tool, item = data.get("n"), data.get("k"), data.get("t"), data.get("x")
@@ -727,9 +779,16 @@ def _item_only(
     if type(data) is not dict or not data.keys() <= _ITEM_KEYS:
         return None
     match data:
-        case {"a": list() as actor, "i": str() as id_, "x": dict() as item}:
+        case {"a": list() as actor, "x": dict() as item}:
+            id_ = data.get("i", _NO_ID)
+            if id_ is _NO_ID:  # the id of its place
+                id_ = message_id_at(originator_id, version)
             key, tool = data.get("k"), data.get("t")
-            if not ((key is None or type(key) is str) and ("t" not in data or tool is not None)):
+            if not (
+                type(id_) is str
+                and (key is None or type(key) is str)
+                and ("t" not in data or tool is not None)
+            ):
                 return None
         case _:
             return None
@@ -887,9 +946,9 @@ class _RunMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     keys here), a tool call kept as its JSON (``t``; empty if none)."""
 
     a: list[str]
-    i: str
     r: Role
     c: str
+    i: str | msgspec.UnsetType = msgspec.UNSET  # unset: the id of the row's place
     n: str | None = None
     t: msgspec.Raw = msgspec.Raw()
     k: str | None = None
@@ -901,7 +960,9 @@ _run_message = msgspec.json.Decoder(_RunMessage).decode
 _ACTOR, _KEY, _TOOL = attrgetter("a"), attrgetter("k"), attrgetter("t")
 
 
-def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMessages | None:
+def checked_messages(
+    states: Sequence[Any], stamps: Sequence[Any], placed: Sequence[str]
+) -> CheckedMessages | None:
     """``message_added_of_row`` of each of consecutive format-2 ``MessageAdded`` rows
     (payloads and their ``timestamp_us``), checked in passes over the whole run: the same
     messages, actors and idempotency keys -- or None where any row needs it to say.
@@ -920,7 +981,7 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
         payloads = list(map(_run_message, states))
     except msgspec.DecodeError:  # not JSON, or not this shape: one by one says which
         return None
-    ids: list[str] = list(map(_ID, payloads))
+    ids: list[str] = _placed(list(map(_ID, payloads)), placed)
     if not (min(map(len, ids)) > 0 and max(map(len, ids)) <= MESSAGE_ID_CHARS):
         return None
     stored_actors = list(map(tuple, map(_ACTOR, payloads)))

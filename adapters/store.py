@@ -57,6 +57,7 @@ from chatledger.adapters.sealing import PARTS, open_compact_message, row_aad
 from chatledger.domain.events import Forked, MessageAdded
 from chatledger.domain.eventsourced import SessionCreationEvent, SessionEvent
 from chatledger.domain.failures import ChatLedgerError, InvalidInput, StoreUnavailable
+from chatledger.domain.identity import message_ids_at
 from chatledger.domain.limits import DEFAULT_MAX_EVENT_BYTES
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import from_micros
@@ -409,7 +410,8 @@ class EventStoreApplication(Application[UUID]):
         stamps = rows.stamps[start:end]
         with without_cyclic_gc():
             try:
-                messages = stored_run(rows.states[start:end], stamps, opener)
+                placed = message_ids_at(session_id, range(first, last + 1))
+                messages = stored_run(rows.states[start:end], stamps, placed, opener)
             except (ValueError, KeyError, TypeError, AttributeError):  # let the mapper say why
                 return False
             session.replay_run(messages, last, from_micros(stamps[-1]))

@@ -62,9 +62,30 @@ MAX_ID_RUN = 10_000_000
 damaged row asking for billions)."""
 
 
+# The last session's id form, as one tuple: replaced whole (threads never see a form with
+# another session's id). A writer writes to one session after another, and its events
+# and aggregate share the id object, so the identity test nearly always finds it.
+_last_form: list[tuple[uuid.UUID | None, str]] = [(None, "")]
+
+
+def _id_form(session: uuid.UUID) -> str:
+    """``"<the session id's first 16 hex digits>%016x"``."""
+    last = _last_form[0]
+    if last[0] is session:
+        return last[1]
+    form = session.hex[:_PREFIX_DIGITS] + "%016x"
+    _last_form[0] = (session, form)
+    return form
+
+
 def message_id_at(session: uuid.UUID, version: int) -> str:
     """The id the ledger gives the message it records at ``version`` of ``session``."""
-    return f"{session.hex[:_PREFIX_DIGITS]}{version:016x}"
+    return _id_form(session) % version
+
+
+def message_ids_at(session: uuid.UUID, versions: Iterable[int]) -> list[str]:
+    """``message_id_at`` of each of ``versions``, in a pass of C code."""
+    return list(map(_id_form(session).__mod__, versions))
 
 
 def version_named(session: uuid.UUID, message_id: str) -> int | None:
@@ -103,7 +124,7 @@ def unpacked_ids(session: uuid.UUID, stored: Iterable[Any]) -> tuple[str, ...]:
 
     Raises ``ValueError`` for an entry that is neither an id nor a ``[first, last]``
     run of versions (at most ``MAX_ID_RUN`` long)."""
-    prefix = session.hex[:_PREFIX_DIGITS]
+    form = _id_form(session)
     ids: list[str] = []
     for entry in stored:
         if type(entry) is str:
@@ -117,5 +138,5 @@ def unpacked_ids(session: uuid.UUID, stored: Iterable[Any]) -> tuple[str, ...]:
             and 0 < entry[0] <= entry[1] < entry[0] + MAX_ID_RUN
         ):
             raise ValueError(f"{entry!r} is neither a message id nor a run of versions")
-        ids.extend(f"{prefix}{version:016x}" for version in range(entry[0], entry[1] + 1))
+        ids.extend(map(form.__mod__, range(entry[0], entry[1] + 1)))
     return tuple(ids)

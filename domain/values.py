@@ -170,7 +170,9 @@ class Message(Value):
     def named(self, message_id: str) -> Message:
         """This message with the id ``message_id`` (a valid one, or ``""``: one a session
         names as it records it), built without validating the rest again."""
-        return assemble(Message, {**self.__dict__, "id": message_id})
+        values = self.__dict__.copy()
+        values["id"] = message_id
+        return assemble(Message, values)
 
     @property
     def tokens(self) -> int:

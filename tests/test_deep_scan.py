@@ -26,6 +26,7 @@ from test_audit import _execute, _rows
 from chatledger import SessionLedger
 from chatledger.adapters.chain_scan import USUAL_FACTS, fact_columns, scan_rows, whole_facts
 from chatledger.adapters.codec import checked_messages
+from chatledger.domain.identity import message_ids_at
 from chatledger.projections.facts import FACT_COLUMNS
 from chatledger.service.integrity import first_misnamed, well_named
 from support import ADMIN, ALICE
@@ -174,14 +175,15 @@ def test_a_run_is_parsed_payload_by_payload() -> None:
     on its own -- are declined; so is a key given twice with a wrong value first; the
     same run of whole payloads is taken."""
     stamps = [STAMP, STAMP]
-    assert checked_messages([_payload(1), _payload(2)], stamps) is not None
+    placed = message_ids_at(uuid4(), [1, 2])
+    assert checked_messages([_payload(1), _payload(2)], stamps, placed) is not None
     torn = [
         b'{"a":["acme"],"i":"m1","r":"user","c":"',
         b'x"},{"a":["acme"],"i":"m2","r":"user","c":"y"}',
     ]
-    assert checked_messages(torn, stamps) is None
+    assert checked_messages(torn, stamps, placed) is None
     twice = b'{"a":["acme"],"i":"m1","r":"user","c":5,"c":"hi"}'
-    assert checked_messages([twice, _payload(2)], stamps) is None
+    assert checked_messages([twice, _payload(2)], stamps, placed) is None
 
 
 def test_the_deep_check_without_sqlite_json_reads_every_fact_column(

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_audit import REPLAYED, _execute, _mutate_column, _rechained, _rows, _state_bytes
-from test_stored_form import T0, message_added, principals
+from test_stored_form import T0, message_added, places, principals
 
 from chatledger import Principal, SessionLedger
 from chatledger.adapters import recorders
@@ -53,6 +53,7 @@ from chatledger.adapters.codec import (
 from chatledger.adapters.recorders import StreamColumns
 from chatledger.adapters.sealing import open_compact_message, row_aad
 from chatledger.domain.events import MessageAdded
+from chatledger.domain.identity import message_ids_at
 from chatledger.domain.message_runs import newest_fitting, newest_that_fit
 from chatledger.domain.session import LIVE, Session, SessionCounters
 from chatledger.domain.timestamps import from_micros, from_micros_all, to_micros
@@ -84,6 +85,11 @@ def _no_keys(key_id: str) -> AESGCM | None:
 def _row(event: MessageAdded, sealed: bool = False) -> tuple[bytes, int]:
     state = encode(event, (KEY_ID, CIPHER) if sealed else None)[1]
     return state, to_micros(event.timestamp)
+
+
+def _anywhere(count: int) -> list[str]:
+    """The ids of ``count`` places of T0_SID (for rows that name their own ids)."""
+    return message_ids_at(T0_SID, range(1, count + 1))
 
 
 def _validated(event: MessageAdded, state: bytes, ciphers: Any = _keys) -> Any:
@@ -218,7 +224,7 @@ def test_a_checked_run_holds_what_each_row_decodes_to(
     if edits:
         state, stamp = rows[at % len(rows)]
         rows[at % len(rows)] = (_edited(state, edits, drop), stamp)
-    checked = checked_messages([s for s, _ in rows], [t for _, t in rows])
+    checked = checked_messages([s for s, _ in rows], [t for _, t in rows], places(events))
     singly = [message_added_of_row(s, e.originator_id, e.originator_version, t)
               for e, (s, t) in zip(events, rows, strict=True)]  # fmt: skip
     if not edits:
@@ -252,7 +258,7 @@ def test_a_run_tells_tool_calls_equal_in_value_but_not_in_type_apart() -> None:
         return f'{{"a":["acme"],"i":"m{n}","r":"tool","c":"x","t":{tool}}}'.encode()
 
     taken = [row(n, tokens) for n, tokens in enumerate([1, 1.0, True, 1, True])]
-    checked = checked_messages(taken, [stamp] * len(taken))
+    checked = checked_messages(taken, [stamp] * len(taken), _anywhere(len(taken)))
     assert checked is not None
     for state, message in zip(taken, checked.messages(), strict=True):
         event = message_added_of_row(state, T0_SID, 5, stamp)
@@ -260,7 +266,7 @@ def test_a_run_tells_tool_calls_equal_in_value_but_not_in_type_apart() -> None:
         _same(message, event.message)
     refused = [*taken, row(9, 1.5)]
     assert message_added_of_row(refused[-1], T0_SID, 5, stamp) is None
-    assert checked_messages(refused, [stamp] * len(refused)) is None
+    assert checked_messages(refused, [stamp] * len(refused), _anywhere(len(refused))) is None
 
 
 @settings(max_examples=200, deadline=None)
@@ -317,7 +323,7 @@ def _run(events: list[MessageAdded], sealed: bool, ciphers: Any) -> Any:
     def opener(payload: dict[str, Any], sealed_part: Any) -> None:
         open_compact_message(payload, sealed_part, ciphers, aad)
 
-    return stored_run([s for s, _ in rows], [t for _, t in rows], opener)
+    return stored_run([s for s, _ in rows], [t for _, t in rows], places(events), opener)
 
 
 def _holds(run: Any, messages: list[Message]) -> None:
@@ -414,22 +420,22 @@ def test_plain_text_runs_are_kept_unbuilt_and_others_are_built() -> None:
         b'{"a":["acme"],"i":"m2","r":"tool","c":"","n":"x"}',
     ]
     stamps = [to_micros(T0)] * 2
-    assert isinstance(stored_run(plain, stamps), StoredMessages)
+    assert isinstance(stored_run(plain, stamps, _anywhere(2)), StoredMessages)
     with_item = [
         *plain,
         b'{"a":["acme"],"i":"m3","x":{"type":"message","role":"user","content":"yo"}}',
     ]
-    assert not isinstance(stored_run(with_item, [*stamps, stamps[0]]), StoredMessages)
+    assert not isinstance(stored_run(with_item, [*stamps, stamps[0]], _anywhere(3)), StoredMessages)
     odd_rows = (
         b'{"a":["acme"],"i":5,"r":"user","c":"hi"}',
         b'{"a":["acme"],"i":"m","r":"robot","c":"x"}',
         b'{"a":["acme"],"i":"m","r":"user","c":["x"]}',
         b'{"a":["acme"],"i":"m","r":["user"],"c":"x"}',
-        b'{"a":["acme"],"r":"user","c":"x"}',
+        b'{"a":["acme"],"i":null,"r":"user","c":"x"}',
     )
     for odd in odd_rows:
         with pytest.raises(ValueError):
-            StoredMessages(decode_payloads([odd]), stamps[:1])
+            StoredMessages(decode_payloads([odd]), stamps[:1], _anywhere(1))
 
 
 RAW_PAYLOADS = st.sampled_from([
@@ -485,8 +491,9 @@ def test_the_one_pass_parse_of_a_run_equals_the_general_parse(
     for extra in raw:
         states.append(extra)
         stamps.append(stamps[0])
-    assert _outcome(lambda: stored_run(states, stamps)) == _outcome(
-        lambda: parsed_run(states, stamps)
+    placed = _anywhere(len(states))
+    assert _outcome(lambda: stored_run(states, stamps, placed)) == _outcome(
+        lambda: parsed_run(states, stamps, placed)
     )
 
 
@@ -517,7 +524,7 @@ def test_a_run_replayed_unbuilt_leaves_the_state_of_one_by_one(
     for part in halves if twice else [renumbered]:
         if part:
             rows = [_row(e) for e in part]
-            run = stored_run([s for s, _ in rows], [t for _, t in rows])
+            run = stored_run([s for s, _ in rows], [t for _, t in rows], places(part))
             lazy.replay_run(run, part[-1].originator_version, part[-1].timestamp)
     assert lazy.buffer_size == one.buffer_size == len(one.buffer)
     assert list(lazy.newest_messages()) == list(reversed(one.buffer.values()))
@@ -550,7 +557,7 @@ def test_dropping_messages_of_unbuilt_runs_leaves_the_state_of_dropping_built_on
         if part:
             rows = [_row(e) for e in part]
             for session in (built, lazy):
-                run = stored_run([s for s, _ in rows], [t for _, t in rows])
+                run = stored_run([s for s, _ in rows], [t for _, t in rows], places(part))
                 session.replay_run(run, part[-1].originator_version, part[-1].timestamp)
     assert built.buffer  # built now; lazy's runs stay unbuilt
     ids = [f"p{n}" for n in range(prefix)] + [e.message.id for e in renumbered] + ["gone"]

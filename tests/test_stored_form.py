@@ -35,6 +35,7 @@ from chatledger.domain.events import (
     StateChanged,
     TailReplaced,
 )
+from chatledger.domain.identity import message_id_at
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
 from chatledger.domain.values import ArchiveSummary, Message, Principal, ToolCall
@@ -82,15 +83,26 @@ def messages(draw: st.DrawFn, when: datetime) -> Message:
 
 @st.composite
 def message_added(draw: st.DrawFn) -> MessageAdded:
+    """A MessageAdded of SID; its message's id now and then the id of its place (which
+    the row then leaves out)."""
     when = draw(moments)
+    version = draw(st.integers(2, 10**6))
+    message = draw(messages(when))
+    if draw(st.booleans()):
+        message = message.named(message_id_at(SID, version))
     return MessageAdded(
         originator_id=SID,
-        originator_version=draw(st.integers(2, 10**6)),
+        originator_version=version,
         timestamp=when,
         actor=draw(principals),
-        message=draw(messages(when)),
+        message=message,
         idempotency_key=draw(st.none() | st.just("k-1")),
     )
+
+
+def places(events: list[MessageAdded]) -> list[str]:
+    """The ids of the events' places (what a run's reader is given beside the rows)."""
+    return [message_id_at(e.originator_id, e.originator_version) for e in events]
 
 
 def _round_trip(event: Any) -> Any:
@@ -114,7 +126,7 @@ def test_trusted_messages_equal_the_validated_decode(events: list[MessageAdded])
     """The unvalidated read of a run of messages builds exactly the validated messages."""
     states = [encode(e)[1] for e in events]
     stamps = [to_micros(e.timestamp) for e in events]
-    assert trusted_messages(states, stamps) == [e.message for e in events]
+    assert trusted_messages(states, stamps, places(events)) == [e.message for e in events]
 
 
 def test_a_framework_item_is_stored_without_its_derived_text() -> None:

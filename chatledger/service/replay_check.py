@@ -31,7 +31,7 @@ from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.events import Forked, MessageAdded, Started
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import InvalidInput
-from chatledger.domain.identity import session_id
+from chatledger.domain.identity import message_ids_at, session_id
 from chatledger.domain.message_runs import MessageRun
 from chatledger.domain.session import Session, counters_of
 from chatledger.domain.values import Principal
@@ -229,7 +229,8 @@ def _check_messages(
     compared row by row, which names the first row that differs."""
     checked = None
     if not mapper.plain_bytes_changed:
-        checked = checked_messages(list(map(_state, run)), list(map(_stamp, run)))
+        placed = message_ids_at(sid, map(_version, run))
+        checked = checked_messages(list(map(_state, run)), list(map(_stamp, run)), placed)
     events: list[MessageAdded] = []
     run_of: MessageRun
     if checked is None:
