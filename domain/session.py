@@ -65,6 +65,9 @@ from chatledger.domain.values import (
 )
 
 DEFAULT_COMPRESS_THRESHOLD = 10
+SNAPSHOT_ITEMS_PER_INTERVAL = 50
+"""A snapshot holds a session's live messages and lists its live archives: one holding
+more items than this waits that many times the interval (``Session.should_snapshot``)."""
 SessionStatus = Literal["live", "evicted", "closed", "deleted", "erased"]
 LIVE: Final = "live"
 EVICTED: Final = "evicted"
@@ -806,11 +809,20 @@ class Session(BaseAggregate[UUID]):
         events that changed no state (failures, evictions) and messages folded
         away by commits and merges. A session that only grows its buffer is
         not snapshotted again and again: each snapshot would be as big as the
-        replay it replaces.
+        replay it replaces. Nor is one that holds many items: a snapshot holds
+        every live message and lists every live archive, so one holding more
+        than ``SNAPSHOT_ITEMS_PER_INTERVAL`` items waits ``interval`` events for
+        each that many (by default 4 events an item) -- snapshots then take
+        bytes linear in the events (one every ``interval`` events, each listing
+        every archive so far, would take bytes growing with their square), they
+        fall right after commits, when the buffer is short, and a load replays
+        at most a few events for each item it reads from the snapshot anyway.
         """
         since, items = self.rebuilt_from
         events = self.version - since
-        if events < interval:
+        if events * SNAPSHOT_ITEMS_PER_INTERVAL < interval * max(
+            SNAPSHOT_ITEMS_PER_INTERVAL, self.state_items
+        ):
             return False
         saved = items + events - self.state_items
         return 2 * saved >= events

@@ -230,6 +230,23 @@ def test_snapshots_do_not_grow_with_the_archives(database_url: str) -> None:
         assert cold.verify(ADMIN).ok
 
 
+def test_snapshot_bytes_grow_linearly_with_the_commits(database_url: str) -> None:
+    """Each snapshot lists every live archive, so snapshots wait longer as archives pile up:
+    twice the commits take about twice the snapshot bytes, not four times."""
+
+    def commits(ledger: SessionLedger, count: int) -> int:
+        for _ in range(count):
+            ledger.add_messages(ALICE, "s", [{"role": "user", "content": "hi"}] * 5)
+            ledger.commit(ALICE, "s")
+        return sum(len(state) for _, state in _snapshot_sizes(database_url))
+
+    with SessionLedger(database_url, snapshot_interval=10) as ledger:
+        half = commits(ledger, 300)
+        whole = commits(ledger, 300)
+        assert ledger.session(ALICE, "s").archive_count == 600
+    assert whole < 2.5 * half
+
+
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.integers(1, 30)),
