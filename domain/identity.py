@@ -12,6 +12,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from functools import lru_cache
+from itertools import repeat
+from operator import add
 from typing import Any
 
 from chatledger.domain.failures import InvalidInput
@@ -84,8 +86,24 @@ def message_id_at(session: uuid.UUID, version: int) -> str:
 
 
 def message_ids_at(session: uuid.UUID, versions: Iterable[int]) -> list[str]:
-    """``message_id_at`` of each of ``versions``, in a pass of C code."""
-    return list(map(_id_form(session).__mod__, versions))
+    """``message_id_at`` of each of ``versions``, in passes of C code (a load names every
+    message of a long run this way): a range of versions as its blocks of 4096, each the
+    same 13 digits before the last three, joined to those three (twice as fast)."""
+    form = _id_form(session)
+    if type(versions) is not range or versions.step != 1 or versions.start < 1:
+        return list(map(form.__mod__, versions))
+    high = form[:_PREFIX_DIGITS] + "%013x"
+    ids: list[str] = []
+    start, stop = versions.start, versions.stop
+    while start < stop:
+        low = start & 0xFFF
+        take = min(stop - start, 0x1000 - low)
+        ids += map(add, repeat(high % (start >> 12), take), _LOW_DIGITS[low : low + take])
+        start += take
+    return ids
+
+
+_LOW_DIGITS = tuple(f"{n:03x}" for n in range(0x1000))
 
 
 def version_named(session: uuid.UUID, message_id: str) -> int | None:

@@ -22,6 +22,7 @@ from sqlalchemy import create_engine, text
 from chatledger import InvalidInput, SessionLedger
 from chatledger.domain.identity import (
     message_id_at,
+    message_ids_at,
     packed_ids,
     session_id,
     unpacked_ids,
@@ -52,6 +53,14 @@ def test_a_message_id_is_the_session_prefix_and_the_version_in_hex() -> None:
 def test_ids_not_in_the_ledgers_exact_form_name_no_version(other: str) -> None:
     """Only the exact form names a version: anything else is an id like any other."""
     assert version_named(SID, other) is None
+
+
+@given(st.integers(1, 10**7), st.integers(0, 9000))
+def test_ids_of_a_range_of_versions_are_each_ones_id(first: int, count: int) -> None:
+    """message_ids_at of a range (built block by block) is message_id_at of each version."""
+    versions = range(first, first + count)
+    assert message_ids_at(SID, versions) == [message_id_at(SID, v) for v in versions]
+    assert message_ids_at(SID, list(versions)) == [message_id_at(SID, v) for v in versions]
 
 
 ids = st.lists(
