@@ -109,7 +109,7 @@ _LOW_DIGITS = tuple(f"{n:03x}" for n in range(0x1000))
 def version_named(session: uuid.UUID, message_id: str) -> int | None:
     """The version whose ``message_id_at`` is ``message_id``, or ``None`` if it is no
     such id (a random one, a caller's own, another session's)."""
-    prefix = session.hex[:_PREFIX_DIGITS]
+    prefix = _id_form(session)[:_PREFIX_DIGITS]
     if len(message_id) != 2 * _PREFIX_DIGITS or not message_id.startswith(prefix):
         return None
     try:
@@ -142,7 +142,6 @@ def unpacked_ids(session: uuid.UUID, stored: Iterable[Any]) -> tuple[str, ...]:
 
     Raises ``ValueError`` for an entry that is neither an id nor a ``[first, last]``
     run of versions (at most ``MAX_ID_RUN`` long)."""
-    form = _id_form(session)
     ids: list[str] = []
     for entry in stored:
         if type(entry) is str:
@@ -156,5 +155,5 @@ def unpacked_ids(session: uuid.UUID, stored: Iterable[Any]) -> tuple[str, ...]:
             and 0 < entry[0] <= entry[1] < entry[0] + MAX_ID_RUN
         ):
             raise ValueError(f"{entry!r} is neither a message id nor a run of versions")
-        ids.extend(map(form.__mod__, range(entry[0], entry[1] + 1)))
+        ids += message_ids_at(session, range(entry[0], entry[1] + 1))
     return tuple(ids)
