@@ -50,7 +50,7 @@ from uuid import UUID
 import msgspec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import ValidationError
-from pydantic_core import from_json
+from pydantic_core import from_json, to_json
 
 from chatledger.adapters.sealing import (
     PARTS,
@@ -849,6 +849,62 @@ class CheckedMessages:
 
     def newest(self, budget: int) -> tuple[list[Message], int]:
         return newest_that_fit(reversed(self.messages()), budget)
+
+    def buffer_records(self) -> list[_BufferMessage]:
+        """Each message as ``buffer_json`` writes it, from the columns (none built)."""
+        count = len(self.ids)
+        whens = {us: msgspec.Raw(_json_of(when)) for us, when in self._whens.items()}
+        tools: Iterable[msgspec.Raw]
+        if self.tool_calls.count(None) == count:
+            tools = repeat(_NULL, count)
+        else:  # a run has few distinct tool calls (the codec keeps one of each)
+            distinct = {id(tool): tool for tool in self.tool_calls}
+            of_id = {
+                key: _NULL if tool is None else msgspec.Raw(_tool_call_json(tool))
+                for key, tool in distinct.items()
+            }
+            tools = map(of_id.__getitem__, map(id, self.tool_calls))
+        return list(map(
+            _BufferMessage, self.ids, self.roles, self._contents,
+            map(whens.__getitem__, self._stamps),
+            repeat(None, count) if self._names is None else self._names, tools,
+        ))  # fmt: skip
+
+
+class _BufferMessage(msgspec.Struct, gc=False):
+    """A ``Message`` without an item in the JSON pydantic writes of it: every field, in the
+    model's order (``created_at`` and ``tool_call`` as pydantic writes them)."""
+
+    id: str
+    role: str
+    content: str
+    created_at: msgspec.Raw
+    name: str | None
+    tool_call: msgspec.Raw
+    item: None = None
+
+
+_NULL = msgspec.Raw(b"null")
+_json_of = to_json  # pydantic's JSON of a value (a datetime, here)
+_message_json = Message.__pydantic_serializer__.to_json
+_tool_call_json = ToolCall.__pydantic_serializer__.to_json
+_encode_records = msgspec.json.Encoder().encode
+
+
+def buffer_json(built: Sequence[Message], runs: Sequence[MessageRun]) -> bytes:
+    """The JSON array of a buffer of ``built`` messages followed by those of ``runs``, as
+    a ``SessionState`` holds it: a
+    checked run's messages written from its columns, none built (msgspec escapes strings
+    as pydantic does; the tests hold the two equal), others by pydantic.
+
+    Raises ``ValueError`` for text that JSON cannot hold (a lone surrogate)."""
+    records: list[Any] = list(map(msgspec.Raw, map(_message_json, built)))
+    for run in runs:
+        if isinstance(run, CheckedMessages):
+            records += run.buffer_records()
+        else:
+            records += map(msgspec.Raw, map(_message_json, run.messages()))
+    return _encode_records(records)
 
 
 class _RunMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):

@@ -16,7 +16,8 @@
 - ``checked_messages`` (``verify(deep=True)``) reads a run of message rows into exactly
   what ``message_added_of_row`` gives each row, or declines the run where it declines a
   row; ``message_run_facts`` gives, column by column, each row's ``stored_facts`` (slim
-  or whole).
+  or whole); ``buffer_json`` writes a checked run's messages, none built, as the JSON
+  pydantic writes of them (what a snapshot's buffer holds).
 - ``verify(deep=True)`` applies runs of messages at once and still reports the row whose
   fact was doctored, whose payload was changed into another valid one, or which cannot be
   applied, in the order the rows come.
@@ -35,13 +36,16 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 from test_audit import REPLAYED, _execute, _mutate_column, _rechained, _rows, _state_bytes
 from test_stored_form import T0, message_added, principals
 
 from chatledger import Principal, SessionLedger
 from chatledger.adapters import recorders
 from chatledger.adapters.codec import (
+    BuiltMessages,
     StoredMessages,
+    buffer_json,
     checked_messages,
     decode,
     decode_payloads,
@@ -240,6 +244,24 @@ def test_a_checked_run_holds_what_each_row_decodes_to(
         sum(checked.each_tokens),
         checked.roles.count("user"),
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(plain_runs(), st.lists(message_added(), max_size=3), st.booleans())
+def test_buffer_json_is_the_json_pydantic_writes_of_the_messages(
+    events: list[MessageAdded], others: list[MessageAdded], built_run: bool
+) -> None:
+    """``buffer_json`` of built messages and runs -- a checked run written from its columns
+    before any of its messages is built -- is the JSON pydantic writes of their messages,
+    in order: what a snapshot's buffer holds (the deep check compares the bytes)."""
+    rows = [_row(e) for e in events]
+    checked = checked_messages([s for s, _ in rows], [t for _, t in rows])
+    assert checked is not None
+    built = [e.message for e in others]
+    runs: list[Any] = [checked, BuiltMessages(list(built))] if built_run else [checked]
+    written = buffer_json(built, runs)
+    messages = (*built, *checked.messages(), *(built if built_run else ()))
+    assert written == TypeAdapter(tuple[Message, ...]).dump_json(messages)
 
 
 def test_a_run_tells_tool_calls_equal_in_value_but_not_in_type_apart() -> None:
