@@ -37,18 +37,20 @@ from __future__ import annotations
 
 import gc
 import json
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import partial
-from itertools import repeat
+from itertools import compress, repeat
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from operator import attrgetter, contains, itemgetter, methodcaller
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from msgspec.structs import astuple
 from pydantic import ValidationError
 from pydantic_core import from_json, to_json
 
@@ -912,8 +914,8 @@ class _RunMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     parsed: role and text stored, no item, no time of its own (``at``, ``ts``: unknown
     keys here), a tool call kept as its JSON (``t``; empty if none)."""
 
-    a: list[str]
-    i: str
+    a: tuple[str, ...]
+    i: Annotated[str, msgspec.Meta(min_length=1, max_length=MESSAGE_ID_CHARS)]  # characters
     r: Role
     c: str
     n: str | None = None
@@ -924,7 +926,6 @@ class _RunMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 # One payload per call, never a run joined into one array: there, a payload that is not
 # JSON on its own could be made to parse together with its neighbour.
 _run_message = msgspec.json.Decoder(_RunMessage).decode
-_ACTOR, _KEY, _TOOL = attrgetter("a"), attrgetter("k"), attrgetter("t")
 
 
 def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMessages | None:
@@ -942,35 +943,47 @@ def checked_messages(states: Sequence[Any], stamps: Sequence[Any]) -> CheckedMes
     """
     if not states or set(map(type, states)) != {bytes} or set(map(type, stamps)) != {int}:
         return None
-    try:
-        payloads = list(map(_run_message, states))
+    try:  # each record's fields, as columns (astuple and zip: C)
+        columns = list(map(list, zip(*map(astuple, map(_run_message, states)), strict=True)))
     except msgspec.DecodeError:  # not JSON, or not this shape: one by one says which
         return None
-    ids: list[str] = list(map(_ID, payloads))
-    if not (min(map(len, ids)) > 0 and max(map(len, ids)) <= MESSAGE_ID_CHARS):
+    stored_actors, ids, roles, contents, stored_names, stored_tools, keys = columns
+    actors = _principals_of(stored_actors)
+    if actors is None:
         return None
-    stored_actors = list(map(tuple, map(_ACTOR, payloads)))
-    principals: dict[tuple[Any, ...], Principal] = {}
-    for values in set(stored_actors):  # a session has few actors
-        principal = _actor(list(values))
-        if principal is None:
-            return None
-        principals[values] = principal
-    stored_names: list[str | None] = list(map(_NAME, payloads))
     # None: no message has a name
     names = None if stored_names.count(None) == len(stored_names) else stored_names
-    tools: list[ToolCall | None] = [None] * len(payloads)
-    stored_tools: list[msgspec.Raw] = list(map(_TOOL, payloads))
-    if any(stored_tools):  # a Raw is empty where the payload has no tool call
-        for index, stored in enumerate(stored_tools):
-            if stored:  # a stored null is no tool call: message_added_of_row declines it
-                tools[index] = tool = _tool_call_of_json(bytes(stored))
-                if tool is None:
-                    return None
+    tools: list[ToolCall | None] = [None] * len(ids)
+    at = list(compress(range(len(ids)), stored_tools))  # a Raw is empty where there is none
+    if at:
+        reported = list(map(bytes, map(stored_tools.__getitem__, at)))
+        of_json: dict[bytes, ToolCall] = {}
+        for stored in set(reported):  # a run reports few distinct tool calls
+            tool = _tool_call_of_json(stored)
+            if tool is None:  # (a stored null is no tool call: message_added_of_row declines it)
+                return None
+            of_json[stored] = tool
+        deque(map(tools.__setitem__, at, map(of_json.__getitem__, reported)), maxlen=0)
     return CheckedMessages(
-        ids, list(map(_ROLE, payloads)), list(map(_CONTENT, payloads)), names, stamps, tools,
-        list(map(principals.__getitem__, stored_actors)), list(map(_KEY, payloads)),
+        ids, roles, contents, names, stamps, tools, actors, keys,
     )  # fmt: skip
+
+
+def _principals_of(stored: list[tuple[str, ...]]) -> list[Principal] | None:
+    """The validated principal of each row's stored actor (None if one is not one), each
+    distinct actor validated once: a run of one actor -- the usual -- told by comparing
+    (in C), others through a dict of the few distinct ones."""
+    first = stored[0]
+    if stored.count(first) == len(stored):
+        principal = _actor(list(first))
+        return None if principal is None else [principal] * len(stored)
+    principals: dict[tuple[str, ...], Principal] = {}
+    for values in set(stored):  # a session has few actors
+        found = _actor(list(values))
+        if found is None:
+            return None
+        principals[values] = found
+    return list(map(principals.__getitem__, stored))
 
 
 _json_tool_calls: dict[bytes, ToolCall] = {}
