@@ -385,8 +385,7 @@ def _written_alike(mapper: PydanticMapper, session: Session, state: bytes) -> bo
         array = buffer_json(*session.buffer_parts())
     except ValueError:  # text JSON cannot hold: the snapshot written whole says so
         return False
-    end = at + len(array)
-    return len(state) == len(frame) - 2 + len(array) and memoryview(state)[at:end] == array
+    return len(state) == len(frame) - 2 + len(array) and state.startswith(array, at)
 
 
 def _mapper(store: EventStoreApplication) -> PydanticMapper:
