@@ -895,9 +895,9 @@ _encode_records = msgspec.json.Encoder().encode
 
 def buffer_json(built: Sequence[Message], runs: Sequence[MessageRun]) -> bytes:
     """The JSON array of a buffer of ``built`` messages followed by those of ``runs``, as
-    a ``SessionState`` holds it: a
-    checked run's messages written from its columns, none built (msgspec escapes strings
-    as pydantic does; the tests hold the two equal), others by pydantic.
+    a ``SessionState`` holds it: a checked run's messages written from its columns, none
+    built (msgspec escapes strings as pydantic does; the tests hold the two equal), the
+    others by pydantic.
 
     Raises ``ValueError`` for text that JSON cannot hold (a lone surrogate)."""
     records: list[Any] = list(map(msgspec.Raw, map(_message_json, built)))

@@ -293,6 +293,7 @@ def test_a_run_tells_tool_calls_equal_in_value_but_not_in_type_apart() -> None:
     st.integers(0, 5),
     st.none() | st.just(T0),
     st.sampled_from([LIVE, "deleted", "erased"]),
+    st.sampled_from(["several", "one", "the first"]),
 )
 def test_the_facts_of_a_run_are_each_rows_stored_facts(
     events: list[MessageAdded],
@@ -301,13 +302,18 @@ def test_the_facts_of_a_run_are_each_rows_stored_facts(
     commits: int,
     last_commit: datetime | None,
     status: Any,
+    actors_of_run: str,
 ) -> None:
     """message_run_facts gives, column by column, what stored_facts gives row by row --
-    whole, and slim for a session started by ``first`` (some of the actors)."""
+    whole, and slim for a session started by ``first`` (some of the actors, one actor
+    object throughout -- as a checked run has it -- or that one the session's starter)."""
     counts = SessionCounters(*before, commits, commits, last_commit, LIVE)
     after = SessionCounters(0, 0, 0, commits, commits, last_commit, status)
-    if events[0].actor != first and len(events) > 1:
+    if actors_of_run == "several" and events[0].actor != first and len(events) > 1:
         events[1] = events[1].model_copy(update={"actor": first})
+    elif actors_of_run != "several":
+        only = first if actors_of_run == "the first" else events[0].actor
+        events = [e.model_copy(update={"actor": only}) for e in events]
     messages = [e.message for e in events]
     tokens = [m.tokens for m in messages]
     rows = []
