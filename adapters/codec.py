@@ -38,20 +38,22 @@ from __future__ import annotations
 
 import gc
 import json
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import partial
-from itertools import repeat
+from itertools import compress, repeat
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from operator import attrgetter, contains, itemgetter, methodcaller
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from msgspec.structs import astuple
 from pydantic import ValidationError
-from pydantic_core import from_json
+from pydantic_core import from_json, to_json
 
 from chatledger.adapters.sealing import (
     PARTS,
@@ -939,16 +941,75 @@ class CheckedMessages:
     def newest(self, budget: int) -> tuple[list[Message], int]:
         return newest_that_fit(reversed(self.messages()), budget)
 
+    def buffer_records(self) -> list[_BufferMessage]:
+        """Each message as ``buffer_json`` writes it, from the columns (none built)."""
+        count = len(self.ids)
+        whens = {us: msgspec.Raw(_json_of(when)) for us, when in self._whens.items()}
+        tools: Iterable[msgspec.Raw]
+        if self.tool_calls.count(None) == count:
+            tools = repeat(_NULL, count)
+        else:  # a run has few distinct tool calls (the codec keeps one of each)
+            distinct = {id(tool): tool for tool in self.tool_calls}
+            of_id = {
+                key: _NULL if tool is None else msgspec.Raw(_tool_call_json(tool))
+                for key, tool in distinct.items()
+            }
+            tools = map(of_id.__getitem__, map(id, self.tool_calls))
+        return list(map(
+            _BufferMessage, self.ids, self.roles, self._contents,
+            map(whens.__getitem__, self._stamps),
+            repeat(None, count) if self._names is None else self._names, tools,
+        ))  # fmt: skip
+
+
+class _BufferMessage(msgspec.Struct, gc=False):
+    """A ``Message`` without an item in the JSON pydantic writes of it: every field, in the
+    model's order (``created_at`` and ``tool_call`` as pydantic writes them)."""
+
+    id: str
+    role: str
+    content: str
+    created_at: msgspec.Raw
+    name: str | None
+    tool_call: msgspec.Raw
+    item: None = None
+
+
+_NULL = msgspec.Raw(b"null")
+_json_of = to_json  # pydantic's JSON of a value (a datetime, here)
+_message_json = Message.__pydantic_serializer__.to_json
+_tool_call_json = ToolCall.__pydantic_serializer__.to_json
+_encode_records = msgspec.json.Encoder().encode
+
+
+def buffer_json(built: Sequence[Message], runs: Sequence[MessageRun]) -> bytes:
+    """The JSON array of a buffer of ``built`` messages followed by those of ``runs``, as
+    a ``SessionState`` holds it: a checked run's messages written from its columns, none
+    built (msgspec escapes strings as pydantic does; the tests hold the two equal), the
+    others by pydantic.
+
+    Raises ``ValueError`` for text that JSON cannot hold (a lone surrogate)."""
+    records: list[Any] = list(map(msgspec.Raw, map(_message_json, built)))
+    for run in runs:
+        if isinstance(run, CheckedMessages):
+            records += run.buffer_records()
+        else:
+            records += map(msgspec.Raw, map(_message_json, run.messages()))
+    return _encode_records(records)
+
+
+_StoredId = Annotated[str, msgspec.Meta(min_length=1, max_length=MESSAGE_ID_CHARS)]  # characters
+
 
 class _RunMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """A message payload in the shapes ``checked_messages`` takes, its types checked as it is
     parsed: role and text stored, no item, no time of its own (``at``, ``ts``: unknown
     keys here), a tool call kept as its JSON (``t``; empty if none)."""
 
-    a: list[str]
+    a: tuple[str, ...]
     r: Role
     c: str
-    i: str | msgspec.UnsetType = msgspec.UNSET  # unset: the id of the row's place
+    i: _StoredId | msgspec.UnsetType = msgspec.UNSET  # unset: the id of the row's place
     n: str | None = None
     t: msgspec.Raw = msgspec.Raw()
     k: str | None = None
@@ -957,7 +1018,6 @@ class _RunMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 # One payload per call, never a run joined into one array: there, a payload that is not
 # JSON on its own could be made to parse together with its neighbour.
 _run_message = msgspec.json.Decoder(_RunMessage).decode
-_ACTOR, _KEY, _TOOL = attrgetter("a"), attrgetter("k"), attrgetter("t")
 
 
 def checked_messages(
@@ -977,35 +1037,48 @@ def checked_messages(
     """
     if not states or set(map(type, states)) != {bytes} or set(map(type, stamps)) != {int}:
         return None
-    try:
-        payloads = list(map(_run_message, states))
+    try:  # each record's fields, as columns (astuple and zip: C)
+        columns = list(map(list, zip(*map(astuple, map(_run_message, states)), strict=True)))
     except msgspec.DecodeError:  # not JSON, or not this shape: one by one says which
         return None
-    ids: list[str] = _placed(list(map(_ID, payloads)), placed)
-    if not (min(map(len, ids)) > 0 and max(map(len, ids)) <= MESSAGE_ID_CHARS):
+    stored_actors, roles, contents, stored_ids, stored_names, stored_tools, keys = columns
+    ids: list[str] = _placed(stored_ids, placed)
+    actors = _principals_of(stored_actors)
+    if actors is None:
         return None
-    stored_actors = list(map(tuple, map(_ACTOR, payloads)))
-    principals: dict[tuple[Any, ...], Principal] = {}
-    for values in set(stored_actors):  # a session has few actors
-        principal = _actor(list(values))
-        if principal is None:
-            return None
-        principals[values] = principal
-    stored_names: list[str | None] = list(map(_NAME, payloads))
     # None: no message has a name
     names = None if stored_names.count(None) == len(stored_names) else stored_names
-    tools: list[ToolCall | None] = [None] * len(payloads)
-    stored_tools: list[msgspec.Raw] = list(map(_TOOL, payloads))
-    if any(stored_tools):  # a Raw is empty where the payload has no tool call
-        for index, stored in enumerate(stored_tools):
-            if stored:  # a stored null is no tool call: message_added_of_row declines it
-                tools[index] = tool = _tool_call_of_json(bytes(stored))
-                if tool is None:
-                    return None
+    tools: list[ToolCall | None] = [None] * len(ids)
+    at = list(compress(range(len(ids)), stored_tools))  # a Raw is empty where there is none
+    if at:
+        reported = list(map(bytes, map(stored_tools.__getitem__, at)))
+        of_json: dict[bytes, ToolCall] = {}
+        for stored in set(reported):  # a run reports few distinct tool calls
+            tool = _tool_call_of_json(stored)
+            if tool is None:  # (a stored null is no tool call: message_added_of_row declines it)
+                return None
+            of_json[stored] = tool
+        deque(map(tools.__setitem__, at, map(of_json.__getitem__, reported)), maxlen=0)
     return CheckedMessages(
-        ids, list(map(_ROLE, payloads)), list(map(_CONTENT, payloads)), names, stamps, tools,
-        list(map(principals.__getitem__, stored_actors)), list(map(_KEY, payloads)),
+        ids, roles, contents, names, stamps, tools, actors, keys,
     )  # fmt: skip
+
+
+def _principals_of(stored: list[tuple[str, ...]]) -> list[Principal] | None:
+    """The validated principal of each row's stored actor (None if one is not one), each
+    distinct actor validated once: a run of one actor -- the usual -- told by comparing
+    (in C), others through a dict of the few distinct ones."""
+    first = stored[0]
+    if stored.count(first) == len(stored):
+        principal = _actor(list(first))
+        return None if principal is None else [principal] * len(stored)
+    principals: dict[tuple[str, ...], Principal] = {}
+    for values in set(stored):  # a session has few actors
+        found = _actor(list(values))
+        if found is None:
+            return None
+        principals[values] = found
+    return list(map(principals.__getitem__, stored))
 
 
 _json_tool_calls: dict[bytes, ToolCall] = {}

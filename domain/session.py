@@ -730,6 +730,11 @@ class Session(BaseAggregate[UUID]):
             buffer.update(zip(run.ids, run.messages(), strict=True))
         self._unbuilt = []
 
+    def buffer_parts(self) -> tuple[list[Message], list[MessageRun]]:
+        """The live messages as held, none built: those built already, then the runs
+        replayed unbuilt, oldest first (``buffer`` is their messages in that order)."""
+        return list(self._buffer.values()), list(self._unbuilt)
+
     @property
     def buffer_size(self) -> int:
         """How many messages are live (``len(buffer)``, without building any)."""
@@ -830,7 +835,9 @@ class Session(BaseAggregate[UUID]):
     def should_compress(self, threshold: int = DEFAULT_COMPRESS_THRESHOLD) -> bool:
         return self.turn_count >= threshold
 
-    def to_state(self) -> SessionState:
+    def to_state(self, *, buffer: bool = True) -> SessionState:
+        """The session's state as one value; without its ``buffer`` (an empty one, none of
+        its messages built) if ``buffer`` is False."""
         return SessionState(
             created_on=self.created_on,
             modified_on=self.modified_on,
@@ -838,7 +845,7 @@ class Session(BaseAggregate[UUID]):
             key=self.key,
             context=self.context,
             started_by=self.started_by,
-            buffer=tuple(self.buffer.values()),
+            buffer=tuple(self.buffer.values()) if buffer else (),
             archives=tuple(self.archives),
             message_count=self.message_count,
             commit_count=self.commit_count,
@@ -926,10 +933,23 @@ class Session(BaseAggregate[UUID]):
                 state=cls.state_of(session),
             )
 
+        @classmethod
+        def without_buffer(cls, session: Session) -> Session.Snapshot:
+            """``take`` with an empty buffer, none of its messages built: the frame a check
+            that writes the buffer's messages itself puts them in (``verify(deep=True)``)."""
+            return cls(
+                originator_id=session.id,
+                originator_version=session.version,
+                timestamp=session.modified_on,
+                topic=get_topic(type(session)),
+                state=cls.state_of(session, buffer=False),
+            )
+
         @staticmethod
-        def state_of(session: Session) -> SessionState:
-            """The state a snapshot of ``session`` stores (archives referenced if known)."""
-            state = session.to_state()
+        def state_of(session: Session, *, buffer: bool = True) -> SessionState:
+            """The state a snapshot of ``session`` stores (archives referenced if known);
+            with an empty buffer if ``buffer`` is False (see ``without_buffer``)."""
+            state = session.to_state(buffer=buffer)
             if state.archive_refs is None:
                 return state
             return state.model_copy(update={"archives": ()})

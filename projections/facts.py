@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 from itertools import accumulate, repeat
-from operator import eq
+from operator import eq, is_
 from typing import NamedTuple
 
 from chatledger.domain.events import (
@@ -227,11 +227,17 @@ def message_run_facts(
         return (value,) * count
 
     status = after.status
-    distinct = dict(zip(map(id, actors), actors, strict=True))  # a run has few actors
-    actor_of = {i: _actor_fields(a) for i, a in distinct.items()}
-    if slim:
-        starter = _actor_fields(first)
+    starter = _actor_fields(first) if slim else None
+    only = actors[0]
+    if all(map(is_, actors, repeat(only, count))):  # one actor (the usual run): repeated
+        fields = _actor_fields(only)
+        actor_columns = [*map(repeated, _SAME_ACTOR if fields == starter else fields)]
+    else:
+        distinct = dict(zip(map(id, actors), actors, strict=True))  # a run has few actors
+        actor_of = {i: _actor_fields(a) for i, a in distinct.items()}
         actor_of = {i: _SAME_ACTOR if f == starter else f for i, f in actor_of.items()}
+        actor_columns = list(zip(*map(actor_of.__getitem__, map(id, actors)), strict=True))
+    if slim:
         head = [repeated(""), repeated(""), repeated("")]
         status_column = repeated("" if status == LIVE else status)
     else:
@@ -248,7 +254,7 @@ def message_run_facts(
         ), strict=True))  # fmt: skip
     return [
         *head,
-        *zip(*map(actor_of.__getitem__, map(id, actors)), strict=True),
+        *actor_columns,
         tuple(range(before.message_count + 1, before.message_count + count + 1)),
         tuple(accumulate(tokens, initial=before.pending_tokens))[1:],
         tuple(accumulate(map(eq, roles, repeat("user", count)), initial=before.turn_count))[1:],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,7 @@ from sqlalchemy import text
 
 from chatledger import InvalidInput, SessionLedger
 from chatledger.adapters.schema import events_table
+from chatledger.domain.session import Session
 from support import ADMIN, ALICE, BOB
 
 # Every column but tx_id, the writing transaction: it is not evidence (neither
@@ -242,6 +244,120 @@ def test_doctored_snapshot_is_detected(populated: SessionLedger, field: bytes) -
     )
     assert populated.verify(ADMIN).ok  # snapshots are not hashed: only a replay finds this
     issues = populated.verify(ADMIN, deep=True).issues
+    assert [i.reason for i in issues] == ["snapshot differs from replayed events"]
+
+
+def _buffered(ledger: SessionLedger, key: str, state: dict[str, Any] | None = None) -> None:
+    """A session whose snapshot holds a live buffer (a commit, then more messages; tool
+    calls, names, non-ASCII and escaped text among them)."""
+    for batch in range(2):
+        ledger.add_messages(ALICE, key, [
+            {"role": "user" if n % 2 else "assistant", "content": f"m{batch}.{n} é \"q\"\n"}
+            | ({"tool_call": {"tool_name": "search", "prompt_tokens": n}} if n % 3 == 0 else {})
+            | ({"name": "helper"} if n == 4 else {})
+            for n in range(6)
+        ], state=state if batch else None)  # fmt: skip
+        if not batch:
+            ledger.commit(ALICE, key)
+
+
+def _snapshot(ledger: SessionLedger) -> tuple[Any, int, dict[str, Any]]:
+    """The session id, version and decoded JSON of the newest stored snapshot."""
+    with ledger.core.store.event_recorder.engine.connect() as connection:
+        oid, version, state = connection.execute(
+            text(
+                "SELECT originator_id, originator_version, state FROM chatledger_snapshots "
+                "ORDER BY originator_version DESC"
+            )
+        ).first()  # type: ignore[misc]
+    return oid, version, json.loads(bytes(state))
+
+
+def _store_snapshot(ledger: SessionLedger, oid: Any, version: int, state: bytes) -> None:
+    _execute(
+        ledger,
+        "UPDATE chatledger_snapshots SET state = :state "
+        "WHERE originator_id = :oid AND originator_version = :version",
+        state=state, oid=oid, version=version,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def buffered(make_ledger: Callable[..., SessionLedger]) -> SessionLedger:
+    ledger = make_ledger(snapshot_interval=10)  # one snapshot: after the second batch
+    _buffered(ledger, "b")
+    assert len(_snapshot(ledger)[2]["state"]["buffer"]) == 6
+    return ledger
+
+
+def test_an_untouched_snapshot_is_told_without_building_the_replayed_buffer(
+    buffered: SessionLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deep check tells a snapshot that holds the replayed state, live buffer and all,
+    without writing a snapshot of the replayed session whole."""
+    taken: list[Session] = []
+    take = Session.Snapshot.take
+    monkeypatch.setattr(
+        Session.Snapshot, "take", classmethod(lambda _, s: taken.append(s) or take(s))
+    )
+    report = buffered.verify(ADMIN, deep=True)
+    assert report.ok and report.snapshots_checked >= 1
+    assert taken == []
+
+
+BUFFERED_EDITS: dict[str, Callable[[Any], Any]] = {
+    "id": lambda v: v + "x",
+    "role": lambda v: "user" if v != "user" else "assistant",
+    "content": lambda v: v + " ",
+    "created_at": lambda v: v.replace("Z", "+01:00"),
+    "name": lambda v: "someone" if v is None else None,
+    "tool_call": lambda v: {"tool_name": "other"} if v is None else None,
+}
+
+
+@pytest.mark.parametrize("field", list(BUFFERED_EDITS))
+@pytest.mark.parametrize("nth", [0, -1])
+def test_a_snapshot_whose_buffered_message_differs_in_one_field_is_reported(
+    buffered: SessionLedger, field: str, nth: int
+) -> None:
+    """One field of one message of a snapshot's live buffer, changed to another valid value:
+    the deep check reports the snapshot."""
+    oid, version, data = _snapshot(buffered)
+    message = data["state"]["buffer"][nth]
+    message[field] = BUFFERED_EDITS[field](message[field])
+    _store_snapshot(
+        buffered, oid, version,
+        json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode(),
+    )  # fmt: skip
+    assert buffered.verify(ADMIN).ok  # snapshots are not hashed: only a replay finds this
+    issues = buffered.verify(ADMIN, deep=True).issues
+    assert [i.reason for i in issues] == ["snapshot differs from replayed events"]
+
+
+def test_a_snapshot_written_otherwise_but_holding_the_replayed_state_verifies(
+    buffered: SessionLedger,
+) -> None:
+    """The same snapshot in other bytes (spaces, escaped characters) holds the replayed
+    state: the deep check decodes it and finds nothing wrong."""
+    oid, version, data = _snapshot(buffered)
+    _store_snapshot(buffered, oid, version, json.dumps(data, indent=1).encode())
+    report = buffered.verify(ADMIN, deep=True)
+    assert report.ok and report.snapshots_checked >= 1
+
+
+def test_a_snapshot_of_a_state_holding_a_buffer_key_is_checked_whole(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """A session whose own state has an empty ``buffer`` key writes that key twice in its
+    snapshot: the deep check still accepts the snapshot, and still reports it doctored."""
+    ledger = make_ledger(snapshot_interval=10)
+    _buffered(ledger, "k", state={"buffer": []})
+    oid, version, data = _snapshot(ledger)
+    assert data["state"]["state"] == {"buffer": []} and data["state"]["buffer"]
+    assert ledger.verify(ADMIN, deep=True).ok
+    data["state"]["buffer"][0]["content"] += " "
+    _store_snapshot(ledger, oid, version, json.dumps(data, separators=(",", ":")).encode())
+    issues = ledger.verify(ADMIN, deep=True).issues
     assert [i.reason for i in issues] == ["snapshot differs from replayed events"]
 
 

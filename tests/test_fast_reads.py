@@ -16,7 +16,8 @@
 - ``checked_messages`` (``verify(deep=True)``) reads a run of message rows into exactly
   what ``message_added_of_row`` gives each row, or declines the run where it declines a
   row; ``message_run_facts`` gives, column by column, each row's ``stored_facts`` (slim
-  or whole).
+  or whole); ``buffer_json`` writes a checked run's messages, none built, as the JSON
+  pydantic writes of them (what a snapshot's buffer holds).
 - ``verify(deep=True)`` applies runs of messages at once and still reports the row whose
   fact was doctored, whose payload was changed into another valid one, or which cannot be
   applied, in the order the rows come.
@@ -35,13 +36,16 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 from test_audit import REPLAYED, _execute, _mutate_column, _rechained, _rows, _state_bytes
 from test_stored_form import T0, message_added, places, principals
 
 from chatledger import Principal, SessionLedger
 from chatledger.adapters import recorders
 from chatledger.adapters.codec import (
+    BuiltMessages,
     StoredMessages,
+    buffer_json,
     checked_messages,
     decode,
     decode_payloads,
@@ -248,6 +252,24 @@ def test_a_checked_run_holds_what_each_row_decodes_to(
     )
 
 
+@settings(max_examples=200, deadline=None)
+@given(plain_runs(), st.lists(message_added(), max_size=3), st.booleans())
+def test_buffer_json_is_the_json_pydantic_writes_of_the_messages(
+    events: list[MessageAdded], others: list[MessageAdded], built_run: bool
+) -> None:
+    """``buffer_json`` of built messages and runs -- a checked run written from its columns
+    before any of its messages is built -- is the JSON pydantic writes of their messages,
+    in order: what a snapshot's buffer holds (the deep check compares the bytes)."""
+    rows = [_row(e) for e in events]
+    checked = checked_messages([s for s, _ in rows], [t for _, t in rows], places(events))
+    assert checked is not None
+    built = [e.message for e in others]
+    runs: list[Any] = [checked, BuiltMessages(list(built))] if built_run else [checked]
+    written = buffer_json(built, runs)
+    messages = (*built, *checked.messages(), *(built if built_run else ()))
+    assert written == TypeAdapter(tuple[Message, ...]).dump_json(messages)
+
+
 def test_a_run_tells_tool_calls_equal_in_value_but_not_in_type_apart() -> None:
     """Tool calls equal in value but not in type (1, 1.0, True) each get their own
     validation: a run with one that validation refuses is declined, as its row is."""
@@ -277,6 +299,7 @@ def test_a_run_tells_tool_calls_equal_in_value_but_not_in_type_apart() -> None:
     st.integers(0, 5),
     st.none() | st.just(T0),
     st.sampled_from([LIVE, "deleted", "erased"]),
+    st.sampled_from(["several", "one", "the first"]),
 )
 def test_the_facts_of_a_run_are_each_rows_stored_facts(
     events: list[MessageAdded],
@@ -285,13 +308,18 @@ def test_the_facts_of_a_run_are_each_rows_stored_facts(
     commits: int,
     last_commit: datetime | None,
     status: Any,
+    actors_of_run: str,
 ) -> None:
     """message_run_facts gives, column by column, what stored_facts gives row by row --
-    whole, and slim for a session started by ``first`` (some of the actors)."""
+    whole, and slim for a session started by ``first`` (some of the actors, one actor
+    object throughout -- as a checked run has it -- or that one the session's starter)."""
     counts = SessionCounters(*before, commits, commits, last_commit, LIVE)
     after = SessionCounters(0, 0, 0, commits, commits, last_commit, status)
-    if events[0].actor != first and len(events) > 1:
+    if actors_of_run == "several" and events[0].actor != first and len(events) > 1:
         events[1] = events[1].model_copy(update={"actor": first})
+    elif actors_of_run != "several":
+        only = first if actors_of_run == "the first" else events[0].actor
+        events = [e.model_copy(update={"actor": only}) for e in events]
     messages = [e.message for e in events]
     tokens = [m.tokens for m in messages]
     rows = []
