@@ -220,20 +220,14 @@ def test_keyed_chain_detects_a_forger_who_knows_the_scheme(
 def test_doctored_snapshot_is_detected(populated: SessionLedger, field: bytes) -> None:
     """A snapshot edited in the database (a counter, or where its archives are) no longer
     matches the replay and is reported."""
-    with populated.core.store.event_recorder.engine.connect() as connection:
-        oid, version, state = connection.execute(
-            text(
-                "SELECT originator_id, originator_version, state FROM chatledger_snapshots "
-                "ORDER BY originator_version DESC"
-            )
-        ).first()  # type: ignore[misc]
+    oid, version, state = _newest_snapshot_row(populated)
     doctored = re.sub(
         b'"' + field + rb'":(\[\[)?(\d+)',
         lambda m: m[0][: -len(m[2])] + str(int(m[2]) - 1).encode(),
-        bytes(state),
+        state,
         count=1,
     )
-    assert doctored != bytes(state)
+    assert doctored != state
     _execute(
         populated,
         "UPDATE chatledger_snapshots SET state = :state "
@@ -261,8 +255,8 @@ def _buffered(ledger: SessionLedger, key: str, state: dict[str, Any] | None = No
             ledger.commit(ALICE, key)
 
 
-def _snapshot(ledger: SessionLedger) -> tuple[Any, int, dict[str, Any]]:
-    """The session id, version and decoded JSON of the newest stored snapshot."""
+def _newest_snapshot_row(ledger: SessionLedger) -> tuple[Any, int, bytes]:
+    """The session id, version and stored bytes of the newest stored snapshot."""
     with ledger.core.store.event_recorder.engine.connect() as connection:
         oid, version, state = connection.execute(
             text(
@@ -270,7 +264,13 @@ def _snapshot(ledger: SessionLedger) -> tuple[Any, int, dict[str, Any]]:
                 "ORDER BY originator_version DESC"
             )
         ).first()  # type: ignore[misc]
-    return oid, version, json.loads(bytes(state))
+    return oid, version, bytes(state)
+
+
+def _snapshot(ledger: SessionLedger) -> tuple[Any, int, dict[str, Any]]:
+    """The session id, version and decoded JSON of the newest stored snapshot."""
+    oid, version, state = _newest_snapshot_row(ledger)
+    return oid, version, json.loads(state)
 
 
 def _store_snapshot(ledger: SessionLedger, oid: Any, version: int, state: bytes) -> None:
