@@ -302,6 +302,13 @@ class Session(BaseAggregate[UUID]):
                 f"A message with id {own!r} is already in the live buffer; "
                 "use a fresh id (or omit it to get one)."
             )
+        place = self._version + 1 + self.evicted  # (a Reactivated first, if evicted)
+        if own and version_named(self._id, own) not in (None, place):
+            raise InvalidInput(
+                f"The message id {own!r} has the form of the ids this ledger gives the "
+                "session's messages, for another place in it; use another id (or omit it "
+                "to get one)."
+            )
         if self.evicted:  # the message brings the session back: record that first
             self.trigger_event(
                 Reactivated, previous_status=self.status, actor=actor, timestamp=timestamp
@@ -310,15 +317,7 @@ class Session(BaseAggregate[UUID]):
             self.require_writable()
         version = self._version + 1
         if not own:
-            message = assemble(
-                Message, {**message.__dict__, "id": message_id_at(self._id, version)}
-            )
-        elif version_named(self._id, own) not in (None, version):
-            raise InvalidInput(
-                f"The message id {own!r} has the form of the ids this ledger gives the "
-                "session's messages, for another place in it; use another id (or omit it "
-                "to get one)."
-            )
+            message = message.named(message_id_at(self._id, version))
         write_key, self._write_key = self._write_key, None
         # The hottest event: built from a validated message and principal without a second
         # validation (``trigger_event`` builds every other kind).

@@ -169,3 +169,21 @@ def test_removed_items_are_stored_packed_and_read_back(
     (event,) = _stored(database_url, "ItemsRemoved")
     assert event["message_ids"] == [[added[0].version, added[-1].version]]
     assert make_ledger().session(ALICE, "s").buffer == ()
+
+
+def test_an_own_id_of_exactly_its_place_is_taken_past_a_reactivation(
+    ledger: SessionLedger,
+) -> None:
+    """An evicted session records a Reactivated first: an own id in the ledger's form is
+    taken for the place after it, refused for the Reactivated's, nothing recorded then."""
+    ledger.add_message(ALICE, "s", "user", "first")
+    ledger.evict(ALICE, "s", reason="admin")
+    before = ledger.session(ALICE, "s")
+    sid = session_id(ALICE.account_id, "s")
+    wrong = message_id_at(sid, before.version + 1)
+    with pytest.raises(InvalidInput, match="form of the ids this ledger gives"):
+        ledger.add_messages(ALICE, "s", [{"role": "user", "content": "x", "id": wrong}])
+    assert ledger.session(ALICE, "s") == before
+    right = message_id_at(sid, before.version + 2)
+    added = ledger.add_messages(ALICE, "s", [{"role": "user", "content": "x", "id": right}])
+    assert (added[0].message_id, added[0].version) == (right, before.version + 2)
