@@ -37,7 +37,8 @@ class LedgerSettings(BaseSettings):
         le=2**31 - 1,
         description=(
             "Consider a snapshot after this many events of a session (taken when it "
-            "would at least halve what a load replays)."
+            "would at least halve what a load replays; one interval more for each 50 "
+            "items it would hold past the first 50)."
         ),
     )
     compress_threshold: int = Field(
