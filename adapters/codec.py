@@ -236,23 +236,21 @@ def _plain_message(event: MessageAdded) -> bytes | None:
     ):  # fmt: skip
         return None
     item, text = m.item, _string
-    own = _own_id(event)
     if item is None:
         if m.name is not None:
             return None
         actor = _actor_json(event.actor)
+        own = "" if _placed_id(event) else f'"i":{text(m.id)},'
         return f'{{"a":{actor},{own}"r":{text(m.role)},"c":{text(m.content)}}}'.encode()
     if described(item) != (m.role, m.content, m.name):
         return None
+    own = "" if _placed_id(event) else f'"i":{text(m.id)},'
     return f'{{"a":{_actor_json(event.actor)},{own}"x":{json_text(item)}}}'.encode()
 
 
-def _own_id(event: MessageAdded) -> str:
-    """The ``"i":...,`` a payload needs: none where the message id is its place's."""
-    message_id = event.message.id
-    if message_id == message_id_at(event.originator_id, event.originator_version):
-        return ""
-    return f'"i":{_string(message_id)},'
+def _placed_id(event: MessageAdded) -> bool:
+    """Whether the message's id is its place's (``message_id_at``): the payload omits it."""
+    return event.message.id == message_id_at(event.originator_id, event.originator_version)
 
 
 def _actor_json(actor: Principal) -> str:
@@ -276,7 +274,7 @@ def _actor_list(a: Principal) -> list[str]:
 def _message_added(event: MessageAdded) -> dict[str, Any]:
     m = event.message
     payload: dict[str, Any] = {"a": _actor_list(event.actor)}
-    if m.id != message_id_at(event.originator_id, event.originator_version):
+    if not _placed_id(event):
         payload["i"] = m.id
     item = m.item
     if item is None or described(item) != (m.role, m.content, m.name):

@@ -440,9 +440,7 @@ class Session(BaseAggregate[UUID]):
         kept = set(self.buffer) - set(expected_ids)
         # One event holds them all: a message without an id gets a random one, not one
         # of the ids of the stream's places (each names a single message).
-        messages = [
-            m if m.id else assemble(Message, {**m.__dict__, "id": new_id()}) for m in messages
-        ]
+        messages = [m if m.id else m.named(new_id()) for m in messages]
         clash = [m.id for m in messages if m.id in kept]
         if clash or len({m.id for m in messages}) != len(messages):
             raise InvalidInput(f"Item ids {clash} are already live; use fresh ids.")
