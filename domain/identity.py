@@ -121,7 +121,8 @@ def version_named(session: uuid.UUID, message_id: str) -> int | None:
 
 def packed_ids(session: uuid.UUID, message_ids: Iterable[str]) -> list[str | list[int]]:
     """``message_ids`` as stored: each run of the ledger's own ids of consecutive
-    versions as ``[first, last]``, any other id as it is (``unpacked_ids`` reverses it)."""
+    versions as ``[first, last]`` (at most ``MAX_ID_RUN`` long, so that every stored list
+    unpacks), any other id as it is (``unpacked_ids`` reverses it)."""
     packed: list[str | list[int]] = []
     last: list[int] | None = None
     for message_id in message_ids:
@@ -129,7 +130,7 @@ def packed_ids(session: uuid.UUID, message_ids: Iterable[str]) -> list[str | lis
         if version is None:
             packed.append(message_id)
             last = None
-        elif last is not None and last[1] + 1 == version:
+        elif last is not None and last[1] + 1 == version and last[1] - last[0] + 1 < MAX_ID_RUN:
             last[1] = version
         else:
             last = [version, version]

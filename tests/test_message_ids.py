@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
 from chatledger import InvalidInput, SessionLedger
+from chatledger.domain import identity
 from chatledger.domain.identity import (
     message_id_at,
     message_ids_at,
@@ -84,6 +85,16 @@ def test_consecutive_versions_pack_into_one_run() -> None:
     assert packed_ids(SID, run) == [[2, 201]]
     mixed = [message_id_at(SID, 5), message_id_at(SID, 7), "own", message_id_at(SID, 8)]
     assert packed_ids(SID, mixed) == [[5, 5], [7, 7], "own", [8, 8]]
+
+
+def test_a_run_longer_than_unpacking_takes_is_stored_as_several(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Packing splits runs at MAX_ID_RUN, so any list it writes unpacks again."""
+    monkeypatch.setattr(identity, "MAX_ID_RUN", 3)
+    run = [message_id_at(SID, v) for v in range(1, 8)]
+    assert packed_ids(SID, run) == [[1, 3], [4, 6], [7, 7]]
+    assert unpacked_ids(SID, packed_ids(SID, run)) == tuple(run)
 
 
 @pytest.mark.parametrize(
