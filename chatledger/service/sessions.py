@@ -32,7 +32,12 @@ from chatledger.adapters.recorders import KeyedRow
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.access import Target
 from chatledger.domain.eventsourced import SessionEvent
-from chatledger.domain.failures import ConcurrencyConflict, InvalidInput, UnknownSession
+from chatledger.domain.failures import (
+    ConcurrencyConflict,
+    InvalidInput,
+    SessionErased,
+    UnknownSession,
+)
 from chatledger.domain.limits import check_aware, check_int
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
@@ -230,9 +235,39 @@ class SessionStore:
         """The domain event of a stored row."""
         return self.store.mapper.to_domain_event(stored)
 
-    def keyed_rows(self, sid: UUID, idempotency_key: str, reach: int = 1) -> list[KeyedRow]:
-        """The rows of the write recorded with ``idempotency_key`` (empty if none)."""
-        return self.store.event_recorder.keyed_rows(sid, idempotency_key, reach)
+    def recorded_write(self, sid: UUID, idempotency_key: str, reach: int = 1) -> list[KeyedRow]:
+        """The rows of the write recorded with ``idempotency_key`` in the session (empty if
+        none; the caller holds the session's lock): its keyed event and the events after it
+        that the same write recorded, at most ``reach`` of them.
+
+        The events of one write are consecutive versions with one timestamp (the write's
+        moment) and, on PostgreSQL, one transaction id; the first event that differs
+        belongs to a later write. A session erased since is ``SessionErased``: what the
+        write returned cannot be rebuilt from erased content, and the session takes no
+        more writes.
+        """
+        rows = self.store.event_recorder.keyed_rows(sid, idempotency_key, reach)
+        if not rows:
+            return []
+        first = rows[0]
+        moment = getattr(first.stored, "timestamp_us", None)
+        write = [first]
+        for row in rows[1:]:
+            if (
+                row.version != write[-1].version + 1
+                or getattr(row.stored, "timestamp_us", None) != moment
+                or row.tx != first.tx
+            ):
+                break
+            write.append(row)
+        session = self.load(sid)
+        if session is not None and session.erased:
+            raise SessionErased(
+                f"Session {session.key!r} was erased after the write under idempotency key "
+                f"{idempotency_key!r} was recorded: its content is gone and it takes no more "
+                "writes. Start a new session under another key. Nothing was recorded."
+            )
+        return write
 
     # -------------------------------------------------------------- writes
     def write(
@@ -262,7 +297,7 @@ class SessionStore:
             while attempts < _MIN_WRITE_ATTEMPTS or time.monotonic() < deadline:
                 attempts += 1
                 if idempotency_key is not None:
-                    recorded = self.keyed_rows(sid, idempotency_key, reach)
+                    recorded = self.recorded_write(sid, idempotency_key, reach)
                     if recorded:
                         raise AlreadyRecorded(recorded)
                 # A cached copy needs no fast-forward: a stale one conflicts on append.
@@ -315,11 +350,12 @@ class SessionStore:
             while attempts < _MIN_WRITE_ATTEMPTS or time.monotonic() < deadline:
                 attempts += 1
                 sessions: list[Session] = []
+                first = parts[0]  # the caller's session: where the write's key is looked up
+                if first.idempotency_key is not None:
+                    recorded = self.recorded_write(first.sid, first.idempotency_key, first.reach)
+                    if recorded:
+                        raise AlreadyRecorded(recorded)
                 for part in parts:
-                    if part.idempotency_key is not None:
-                        recorded = self.keyed_rows(part.sid, part.idempotency_key, part.reach)
-                        if recorded:
-                            raise AlreadyRecorded(recorded)
                     session = self.load(part.sid, fresh=part.expected_version is not None)
                     if part.expected_version is not None:
                         check_expected(session, part.expected_version)
