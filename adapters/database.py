@@ -90,6 +90,20 @@ def is_environmental(error: BaseException) -> bool:
     return False
 
 
+def driver_message(error: BaseException) -> str:
+    """What the database said of a failed statement, and no more: the driver's primary
+    message, without the statement, its values or the server's DETAIL (PostgreSQL's shows
+    the values of the row at fault, which may be content or key material)."""
+    orig = error.orig if isinstance(error, DBAPIError) else error
+    diag = getattr(orig, "diag", None)
+    primary = getattr(diag, "message_primary", None)
+    if isinstance(primary, str) and primary:
+        return f"{type(orig).__name__}: {primary}"
+    if isinstance(orig, sqlite3.Error):  # SQLite's messages name columns, never values
+        return f"{type(orig).__name__}: {orig}"
+    return type(orig).__name__
+
+
 def sqlite_in_memory(url: str) -> bool:
     """Whether ``url`` is an in-memory SQLite database (gone when the process exits)."""
     try:
@@ -129,6 +143,7 @@ def create_store_engine(
                 )
             return create_engine(
                 url,
+                hide_parameters=True,  # see _sqlite_engine
                 pool_pre_ping=True,
                 pool_size=5,
                 max_overflow=10,
@@ -152,6 +167,9 @@ def _sqlite_engine(
     in_memory = database in (None, "", ":memory:")
     options: dict[str, Any] = {
         "connect_args": {"check_same_thread": False, "timeout": busy_timeout},
+        # A statement's values never go into an error's text (or a log): they are
+        # content, and for the key table, key material.
+        "hide_parameters": True,
     }
     if in_memory:
         # One shared connection, or every checkout would see a new empty database.

@@ -214,10 +214,14 @@ class VerifyReport(Result):
 
 
 class ImportResult(Result):
-    """What ``import_`` recorded."""
+    """What ``import_`` recorded, and how many of the sessions read as erased: erased at the
+    source (``erased_sessions``), or sealed with keys the file did not bring
+    (``unreadable_sessions``, imported only with ``allow_missing_keys=True``)."""
 
     sessions: int
     events: int
+    erased_sessions: int = 0
+    unreadable_sessions: int = 0
 
 
 class ErasureResult(Result):
