@@ -39,6 +39,10 @@ def normalise_url(url: str) -> str:
     return url
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file (an empty file is an empty database)."""
+
+
 def sqlite_file(url: str) -> str | None:
     """The file a SQLite URL names; ``None`` for other databases and in-memory SQLite."""
     try:
@@ -121,8 +125,14 @@ def create_store_engine(
     *,
     synchronous: Synchronous = "normal",
     busy_timeout: float = 10.0,
+    wal: bool = True,
 ) -> Engine:
-    """An engine for ``url`` with chatledger's durability and locking settings."""
+    """An engine for ``url`` with chatledger's durability and locking settings.
+
+    ``wal``: SQLite connections switch the file to WAL mode as they open (a write).
+    An opener that does not know yet whether the file is a ledger passes ``False``:
+    reading needs no switch, and a ledger is in WAL mode since it was created.
+    """
     url = normalise_url(url)
     try:
         parsed = make_url(url)
@@ -134,7 +144,7 @@ def create_store_engine(
     backend = parsed.get_backend_name()
     try:
         if backend == "sqlite":
-            return _sqlite_engine(url, parsed.database, synchronous, busy_timeout)
+            return _sqlite_engine(url, parsed.database, synchronous, busy_timeout, wal)
         if backend == "postgresql":
             if parsed.get_driver_name() != "psycopg":
                 raise InvalidSettings(
@@ -162,7 +172,7 @@ def create_store_engine(
 
 
 def _sqlite_engine(
-    url: str, database: str | None, synchronous: Synchronous, busy_timeout: float
+    url: str, database: str | None, synchronous: Synchronous, busy_timeout: float, wal: bool
 ) -> Engine:
     in_memory = database in (None, "", ":memory:")
     options: dict[str, Any] = {
@@ -181,7 +191,7 @@ def _sqlite_engine(
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-        if not in_memory:
+        if wal and not in_memory:
             _switch_to_wal(cursor, busy_timeout)
         cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
         # Zero what deletes and updates free, so a destroyed data key (or a deleted
