@@ -108,6 +108,23 @@ def driver_message(error: BaseException) -> str:
     return type(orig).__name__
 
 
+def is_busy(error: BaseException) -> bool:
+    """Whether ``error`` (or anything in its cause chain) is SQLite's "database is locked":
+    another connection held the write lock past the busy timeout."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DBAPIError):
+            current = current.orig
+            continue
+        code = getattr(current, "sqlite_errorcode", None)
+        if isinstance(current, sqlite3.Error) and isinstance(code, int):
+            return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def sqlite_in_memory(url: str) -> bool:
     """Whether ``url`` is an in-memory SQLite database (gone when the process exits)."""
     try:
