@@ -108,6 +108,13 @@ def driver_message(error: BaseException) -> str:
     return type(orig).__name__
 
 
+def shares_one_connection(engine: Engine) -> bool:
+    """Whether every use of ``engine`` shares one connection (in-memory SQLite): a read
+    streamed from it must be read whole before another query runs, or that query would
+    begin a transaction inside the stream's."""
+    return isinstance(engine.pool, StaticPool)
+
+
 def is_busy(error: BaseException) -> bool:
     """Whether ``error`` (or anything in its cause chain) is SQLite's "database is locked":
     another connection held the write lock past the busy timeout."""

@@ -128,6 +128,18 @@ class LedgerEvent(Result):
     actor: Principal
     event: SessionEvent
 
+    def as_json(self) -> dict[str, Any]:
+        """The event as JSON, in the one shape every output gives it (``log --json``, each
+        line of an export, which adds what an import needs): ``key``, ``version``,
+        ``type``, ``timestamp``, ``actor``, ``summary`` (one line for people) and
+        ``event``, the whole event with every field (docs/audit.md)."""
+        from chatledger.projections.describe import describe_event
+
+        record = self.model_dump(mode="json", exclude={"event"})
+        record["summary"] = describe_event(self.event)
+        record["event"] = self.event.model_dump(mode="json")
+        return record
+
 
 class Counters(Result):
     """The counters of a session at one version."""

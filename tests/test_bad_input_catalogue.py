@@ -561,8 +561,8 @@ def _dump(records: Records) -> list[Any]:
 
 
 def _state_bytes(record: dict[str, Any]) -> bytes:
-    if "event" in record:
-        return json.dumps(record["event"], ensure_ascii=False, separators=(",", ":")).encode()
+    if "stored" in record:
+        return json.dumps(record["stored"], ensure_ascii=False, separators=(",", ":")).encode()
     return str(record["state"]).encode()
 
 
@@ -597,7 +597,7 @@ class Source:
 
     @property
     def plain(self) -> int:  # the first line whose event is not sealed
-        return self.index(lambda r: "sealed" not in r.get("event", {}))
+        return self.index(lambda r: "sealed" not in r.get("stored", {}))
 
     @property
     def committed(self) -> int:
@@ -614,9 +614,9 @@ class Source:
         record = {**self.records[at], **fields}
         return self.line(at, {k: v for k, v in record.items() if v is not ...}, rechain)
 
-    def event(self, at: int, rechain: bool = True, **fields: Any) -> Crafted:
-        """The file with fields of line ``at``'s event payload changed."""
-        return self.edit(at, rechain, event={**self.records[at]["event"], **fields})
+    def stored(self, at: int, rechain: bool = True, **fields: Any) -> Crafted:
+        """The file with fields of line ``at``'s stored payload changed."""
+        return self.edit(at, rechain, stored={**self.records[at]["stored"], **fields})
 
     def key(self, at: int, **fields: Any) -> Crafted:
         """The file with fields of line ``at``'s data key changed."""
@@ -656,19 +656,26 @@ IMPORTS: list[tuple[str, Callable[[Source], Crafted]]] = [
     ("topic: a lone surrogate", lambda s: s.edit(2, topic="\ud800")),
     ("topic: NUL", lambda s: s.edit(2, topic="Message\x00Added")),
     ("topic: a list", lambda s: s.edit(2, topic=["MessageAdded"])),
-    ("no payload", lambda s: s.edit(2, event=...)),
-    ("two payloads", lambda s: s.edit(2, state="{}")),
-    ("event: an array", lambda s: s.edit(2, event=[1])),
-    ("event: a lone surrogate", lambda s: s.event(s.plain, rechain=False, key="\udc80")),
-    ("event: NaN", lambda s: s.line(s.plain, s.records[s.plain] and json.dumps(
-        {**s.records[s.plain], "event": {**s.records[s.plain]["event"], "x": float("nan")}}))),
-    ("state_base64: not base64", lambda s: s.edit(2, event=..., state_base64="!!")),
-    ("state_base64: a number", lambda s: s.edit(2, event=..., state_base64=12)),
-    ("state: a number", lambda s: s.edit(2, event=..., state=12)),
+    ("no stored payload", lambda s: s.edit(2, stored=...)),
+    ("two stored payloads", lambda s: s.edit(2, state="{}")),
+    ("stored: an array", lambda s: s.edit(2, stored=[1])),
+    ("stored: a lone surrogate", lambda s: s.stored(s.plain, rechain=False, key="\udc80")),
+    ("stored: NaN", lambda s: s.line(s.plain, s.records[s.plain] and json.dumps(
+        {**s.records[s.plain], "stored": {**s.records[s.plain]["stored"], "x": float("nan")}}))),
+    ("state_base64: not base64", lambda s: s.edit(2, stored=..., state_base64="!!")),
+    ("state_base64: a number", lambda s: s.edit(2, stored=..., state_base64=12)),
+    ("state: a number", lambda s: s.edit(2, stored=..., state=12)),
+    ("event shown: not the stored one", lambda s: s.edit(s.plain, event={
+        **s.records[s.plain]["event"], "key": "another"})),
+    ("event shown: an array", lambda s: s.edit(2, event=[1])),
+    ("event shown: missing", lambda s: s.edit(2, event=...)),
+    ("actor shown: another", lambda s: s.edit(2, actor={"account_id": "x", "user_id": "",
+                                                        "agent_id": "", "role": "member",
+                                                        "trace_id": ""})),
     ("hash: 2 hex digits", lambda s: s.edit(2, hash="ab")),
     ("hash: not hex", lambda s: s.edit(2, hash="zz" * 32)),
     ("hash: a number", lambda s: s.edit(2, hash=5)),
-    ("hash: altered content (chain broken)", lambda s: s.event(s.plain, rechain=False, key="x")),
+    ("hash: altered content (chain broken)", lambda s: s.stored(s.plain, rechain=False, key="x")),
     ("data_key: a string", lambda s: s.edit(s.keyed, data_key="key")),
     ("data_key: an array", lambda s: s.edit(s.keyed, data_key=[1])),
     ("data_key: material not base64", lambda s: s.key(s.keyed, material="!!!")),
@@ -688,20 +695,20 @@ IMPORTS: list[tuple[str, Callable[[Source], Crafted]]] = [
     ("no data key lines", lambda s: Crafted(
         _dump([{k: v for k, v in r.items() if k != "data_key"} for r in s.records]), s.keyed + 1)),
     ("rechained: an unknown topic", lambda s: s.edit(s.plain, True, topic="os:system")),
-    ("rechained: sealed text not base64", lambda s: s.event(
-        s.keyed, sealed={**s.records[s.keyed]["event"]["sealed"], "c": "@@@@"})),
-    ("rechained: sealed text of 3 bytes", lambda s: s.event(
-        s.keyed, sealed={**s.records[s.keyed]["event"]["sealed"], "c": "AAAA"})),
+    ("rechained: sealed text not base64", lambda s: s.stored(
+        s.keyed, sealed={**s.records[s.keyed]["stored"]["sealed"], "c": "@@@@"})),
+    ("rechained: sealed text of 3 bytes", lambda s: s.stored(
+        s.keyed, sealed={**s.records[s.keyed]["stored"]["sealed"], "c": "AAAA"})),
     ("rechained: a key that opens nothing", lambda s: Crafted(_dump(_rechained([
         *s.records[:s.keyed], {**s.records[s.keyed], "data_key": {
             **s.records[s.keyed]["data_key"], "material": B64(bytes(32)).decode()}},
         *s.records[s.keyed + 1:]])), s.keyed + 1)),
-    ("rechained: an actor of the wrong shape", lambda s: s.event(s.keyed, a=[1, [2]])),
-    ("rechained: archive ids a string", lambda s: s.event(s.committed, archive={
-        **s.records[s.committed]["event"]["archive"], "message_ids": 7})),
-    ("rechained: archive ids a bad run", lambda s: s.event(s.committed, archive={
-        **s.records[s.committed]["event"]["archive"], "message_ids": [[2, -5]]})),
-    ("rechained: a session moved to another account", lambda s: s.event(
+    ("rechained: an actor of the wrong shape", lambda s: s.stored(s.keyed, a=[1, [2]])),
+    ("rechained: archive ids a string", lambda s: s.stored(s.committed, archive={
+        **s.records[s.committed]["stored"]["archive"], "message_ids": 7})),
+    ("rechained: archive ids a bad run", lambda s: s.stored(s.committed, archive={
+        **s.records[s.committed]["stored"]["archive"], "message_ids": [[2, -5]]})),
+    ("rechained: a session moved to another account", lambda s: s.stored(
         s.index(lambda r: r["type"] == "Started" and r["tenant"] == "acme"), tenant="globex")),
 ]  # fmt: skip
 

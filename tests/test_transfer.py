@@ -358,3 +358,101 @@ def test_the_cli_names_the_line_of_a_file_that_is_not_utf8(
     assert "Traceback" not in result.output
     with SessionLedger(url) as copy:
         assert copy.core.store.event_recorder.max_notification_id() is None
+
+
+# ------------------------------------------------------ the shape of a line
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+OLD_EXPORTS = [*sorted(FIXTURES.glob("*.export.jsonl")), FIXTURES / "v0_1_0.jsonl"]
+
+
+@pytest.mark.parametrize("file", OLD_EXPORTS, ids=lambda p: p.name)
+def test_every_old_export_file_imports_and_verifies_unchanged(
+    make_ledger: Callable[..., SessionLedger], file: Path, tmp_path: Path
+) -> None:
+    """Files of formats 1 to 3 import as they are and verify deep; exported again (format 4)
+    their stored rows are the file's, and that export imports to the same histories."""
+    lines = file.read_text(encoding="utf-8").splitlines()
+    ledger = make_ledger()
+    result = ledger.import_(lines)
+    assert result.events == len(lines) - 1 and result.unreadable_sessions == 0
+    assert ledger.verify(ADMIN, deep=True).ok
+    again = list(ledger.export(ADMIN))
+    assert json.loads(again[0])["format_version"] == 4
+    assert sorted(map(_stored_row, again[1:])) == sorted(map(_stored_row, lines[1:]))
+    with SessionLedger(f"sqlite:///{tmp_path / 'copy.db'}") as copy:
+        copy.import_(again)
+        for line in again[1:]:
+            record = json.loads(line)
+            if record["version"] == 1 and not record["key"].startswith("~state:"):
+                key, tenant = record["key"], record["tenant"]
+                assert copy.history(ADMIN, key, account_id=tenant) == ledger.history(
+                    ADMIN, key, account_id=tenant
+                )
+
+
+def _stored_row(line: str) -> tuple[Any, ...]:
+    """What a line says of its stored row, in any format: the hashed values and the stored
+    payload's bytes (a JSON object -- ``stored`` since format 4, ``event`` before --, text
+    in ``state``, or base64 in ``state_base64``)."""
+    r = json.loads(line)
+    obj = r.get("stored", r.get("event") if "state" not in r else None)
+    if obj is not None and "stored" not in r and "state_base64" in r:
+        obj = None
+    if obj is not None:
+        payload = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    elif "state" in r:
+        payload = r["state"].encode()
+    else:
+        payload = base64.b64decode(r["state_base64"])
+    return (r["position"], r["session_id"], r["version"], r["topic"], r["timestamp_us"],
+            payload, r["hash"])  # fmt: skip
+
+
+def test_an_export_line_is_the_event_as_log_json_shows_it(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """One JSON shape for an event everywhere: each export line carries exactly the fields of
+    the `log --json` line of its event, with the same values (the whole event, not the stored
+    compact form), and adds what an import needs."""
+    ledger = make_ledger()
+    ledger.add_message(ALICE, "s1", "user", "Where is order 7?")
+    ledger.add_items(ALICE, "s1", [{"type": "function_call", "name": "f", "arguments": "{}"}],
+                     state={"step": 1})  # fmt: skip
+    ledger.commit(ALICE, "s1")
+    url = ledger.settings.url
+    logged = runner.invoke(app, ["log", "s1", "--url", url, "--json", "--account", "acme"])
+    assert logged.exit_code == 0, logged.output
+    shown = [json.loads(line) for line in logged.stdout.splitlines()]
+    lines = [json.loads(line) for line in list(ledger.export(ALICE, "s1"))[1:]]
+    assert len(lines) == len(shown)
+    for line, log_line in zip(lines, shown, strict=True):
+        assert {k: line[k] for k in log_line} == log_line
+        assert set(line) - set(log_line) <= {
+            "position", "session_id", "tenant", "topic", "timestamp_us", "stored", "state",
+            "state_base64", "hash", "data_key",
+        }  # fmt: skip
+    added = next(line for line in lines if line["type"] == "MessageAdded")
+    assert added["event"]["message"]["content"] == "Where is order 7?"
+    assert "a" not in added["event"] and added["stored"]["c"] == "Where is order 7?"
+
+
+def test_an_encrypted_ledger_exports_its_events_in_the_same_shape_content_sealed(
+    make_ledger: Callable[..., SessionLedger], tmp_path: Path
+) -> None:
+    """With encryption on, a line shows its event as it reads without keys (content erased);
+    the content is only in the stored payload, sealed, beside its key -- and imported it
+    reads again, `log --json` of the copy equal to the source's."""
+    ledger = make_ledger(encryption=True)
+    fill(ledger, "s1")
+    lines = list(ledger.export(ALICE, "s1"))
+    assert SECRET not in "\n".join(lines)
+    first = json.loads(lines[2])
+    assert first["type"] == "MessageAdded" and first["event"]["message"]["content"] == "[erased]"
+    assert "sealed" in first["stored"] and "data_key" in first
+    url = f"sqlite:///{tmp_path / 'copy.db'}"
+    with SessionLedger(url) as copy:
+        copy.import_(lines)
+    source_log = runner.invoke(app, ["log", "s1", "--url", ledger.settings.url, "--json",
+                                     "--account", "acme"])  # fmt: skip
+    copy_log = runner.invoke(app, ["log", "s1", "--url", url, "--json", "--account", "acme"])
+    assert SECRET in source_log.stdout and copy_log.stdout == source_log.stdout

@@ -26,12 +26,14 @@ from chatledger.adapters.chain import ChainRow
 from chatledger.adapters.sealing import key_id_of
 from chatledger.domain.failures import InvalidInput
 from chatledger.domain.ports import KeyRecord
+from chatledger.domain.timestamps import from_micros
 
 EXPORT_FORMAT = "chatledger/export"
-EXPORT_FORMAT_VERSION = 3
-"""3: events carry the data keys (``data_key``); 2: payloads as JSON objects (``event``)
-where exact; 1: payloads as text (``state``)."""
-READABLE_FORMAT_VERSIONS = (1, 2, 3)
+EXPORT_FORMAT_VERSION = 4
+"""4: each line is the event as every output shows it (``LedgerEvent.as_json``), its stored
+payload beside it (``stored``); 3: events carry the data keys (``data_key``); 2: payloads
+as JSON objects (``event``) where exact; 1: payloads as text (``state``)."""
+READABLE_FORMAT_VERSIONS = (1, 2, 3, 4)
 
 _MAX_INT = 2**63 - 1  # what a stored BIGINT holds
 _MIN_MICROS = -62_135_596_800_000_000  # 0001-01-01, the first moment a datetime holds
@@ -39,7 +41,10 @@ _MAX_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999
 _TOPIC = re.compile(r"[A-Za-z0-9_.:]{1,200}")  # an event type's name, or its module:class
 _KEY_ID = re.compile(r"[A-Za-z0-9._:/-]{1,128}")  # as KeyRing accepts them
 _KEY_BYTES = 32  # AES-256
-_PAYLOADS = ("event", "state", "state_base64")
+SHOWN = ("key", "version", "type", "timestamp", "actor", "summary", "event")
+"""The fields of ``LedgerEvent.as_json``: what a format 4 line shows of its event."""
+_PAYLOADS = ("stored", "state", "state_base64")  # the stored payload's three forms
+_PAYLOADS_BEFORE_4 = ("event", "state", "state_base64")
 NOTHING = "nothing was imported"
 
 
@@ -62,6 +67,7 @@ class ExportedEvent:
     line: int
     row: ChainRow
     key_id: str | None
+    shown: dict[str, Any] | None = None  # format 4: the event as the line shows it (SHOWN)
 
 
 @dataclass
@@ -85,8 +91,21 @@ def header(keyed_chain: bool) -> str:
     )
 
 
+def unreadable(key: str | None, version: int, topic: str, timestamp_us: int) -> dict[str, Any]:
+    """What a line shows of an event this version cannot read: where it is, no content."""
+    return {
+        "key": key,
+        "version": version,
+        "type": topic.rsplit(":", 1)[-1],
+        "timestamp": from_micros(timestamp_us).isoformat().replace("+00:00", "Z"),
+        "actor": None,
+        "summary": None,
+        "event": None,
+    }
+
+
 def payload(state: bytes) -> dict[str, Any]:
-    """The stored payload as an export carries it: ``{"event": <JSON object>}`` when
+    """The stored payload as an export carries it: ``{"stored": <JSON object>}`` when
     re-encoding that object gives back the exact stored bytes (the hash covers
     them), else the stored text as it is (``{"state": "..."}``), or its bytes in
     base64 if they are not even text (``{"state_base64": "..."}``)."""
@@ -99,7 +118,7 @@ def payload(state: bytes) -> dict[str, Any]:
     except ValueError:
         return {"state": text}
     if isinstance(event, dict) and encode_payload(event) == state:
-        return {"event": event}
+        return {"stored": event}
     return {"state": text}
 
 
@@ -127,7 +146,7 @@ def read(lines: Iterable[str]) -> ExportFile:
         if not found.version:
             found.version = _header_version(record, number)
             continue
-        event = _event(record, number)
+        event = _event(record, number, found.version)
         found.events.append(event)
         if "data_key" in record:
             key = _key(record["data_key"], number)
@@ -222,7 +241,7 @@ def _unicode(value: str, what: str, number: int) -> bytes:
         _refuse(number, f"holds {what} that is not Unicode text (a lone surrogate)")
 
 
-def _event(record: dict[str, Any], number: int) -> ExportedEvent:
+def _event(record: dict[str, Any], number: int, format_version: int) -> ExportedEvent:
     position = _int(record, "position", number, 1)
     version = _int(record, "version", number, 1)
     timestamp_us = _int(record, "timestamp_us", number, _MIN_MICROS, _MAX_MICROS)
@@ -239,21 +258,23 @@ def _event(record: dict[str, Any], number: int) -> ExportedEvent:
     digest = record.get("hash")
     if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
         _refuse(number, f"has hash {_shown(digest)}; an export gives 64 hex digits")
-    given = [name for name in _PAYLOADS if name in record]
+    names = _PAYLOADS if format_version >= 4 else _PAYLOADS_BEFORE_4
+    given = [name for name in names if name in record]
     if len(given) != 1:
-        _refuse(number, f"has {' and '.join(given) or 'none'} of {', '.join(_PAYLOADS)}; one")
+        _refuse(number, f"has {' and '.join(given) or 'none'} of {', '.join(names)}; one")
     state, key_id = _state(record, given[0], number)
+    shown = {name: record.get(name) for name in SHOWN} if format_version >= 4 else None
     row = ChainRow(
         position=position, originator_id=session_id, version=version, topic=topic,
         state=state, timestamp_us=timestamp_us, hash=bytes.fromhex(digest),
     )  # fmt: skip
-    return ExportedEvent(number, row, key_id)
+    return ExportedEvent(number, row, key_id, shown)
 
 
 def _state(record: dict[str, Any], name: str, number: int) -> tuple[bytes, str | None]:
     """The stored bytes a line's payload stands for, and the key id it is sealed with."""
     value = record[name]
-    if name == "event":
+    if name in ("event", "stored"):
         if not isinstance(value, dict):
             _refuse(number, f"has an event that is a JSON {_json_type(value)}, not an object")
         try:

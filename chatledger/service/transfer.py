@@ -32,14 +32,16 @@ from eventsourcing.persistence import IntegrityError
 
 from chatledger.adapters.chain import first_breaks
 from chatledger.adapters.codec import is_compact
+from chatledger.adapters.database import shares_one_connection
 from chatledger.adapters.key_store import SqlKeyStore
+from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper
 from chatledger.adapters.sealing import key_id_of
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.access import SCOPE_PREFIX
-from chatledger.domain.failures import InvalidInput
+from chatledger.domain.eventsourced import SessionEvent
+from chatledger.domain.failures import ChatLedgerError, InvalidInput
 from chatledger.domain.ports import KeyRecord, KeyStore
 from chatledger.domain.session import Session
-from chatledger.domain.timestamps import from_micros
 from chatledger.domain.values import Principal
 from chatledger.projections.facts import StoredFacts, slim_facts
 from chatledger.results import ImportResult
@@ -47,6 +49,7 @@ from chatledger.service import export_file
 from chatledger.service.export_file import NOTHING, ExportedEvent, ExportedKey
 from chatledger.service.integrity import sessions_of
 from chatledger.service.replay_check import Forged, Unreplayable, replay_row
+from chatledger.service.views import ledger_event
 
 ImportProgress = Callable[[str, int, int], None]
 """Called by ``import_`` with (phase, done, total): phases ``read``, ``verify``, ``write``."""
@@ -56,28 +59,48 @@ _PROGRESS_EVERY = 1000
 def export(store: EventStoreApplication, principal: Principal, key: str | None) -> Iterator[str]:
     yield export_file.header(store.event_recorder.chain_key is not None)
     keys = store.keyring.store
+    decode = _keyless().event_of_row  # an event's encrypted content stays so in the file
     written: set[str] = set()
-    for tenant, skey, rows in sessions_of(store, principal, key):
+    sessions: Iterable[Any] = sessions_of(store, principal, key)
+    if shares_one_connection(store.event_recorder.engine):
+        sessions = list(sessions)  # (decoding reads data keys: not inside the stream's read)
+    for tenant, skey, rows in sessions:
         for row in rows:
-            payload = export_file.payload(row.state)
-            key_id = key_id_of(payload["event"]) if "event" in payload else None
+            stored = export_file.payload(row.state)
+            key_id = key_id_of(stored["stored"]) if "stored" in stored else None
+            try:
+                event = decode(
+                    row.originator_id, row.version, row.topic, row.state, row.timestamp_us
+                )
+            except ChatLedgerError:  # the store failed (a data key could not be read)
+                raise
+            except Exception:  # a row this version cannot read: its stored form says all
+                event = None
+            shown = (
+                ledger_event(skey or "", event).as_json()
+                if isinstance(event, SessionEvent)
+                else export_file.unreadable(skey, row.version, row.topic, row.timestamp_us)
+            )
             record: dict[str, Any] = {
                 "position": row.position,
                 "session_id": row.originator_id.hex,
                 "tenant": tenant,
-                "key": skey,
-                "version": row.version,
-                "type": row.topic.rsplit(":", 1)[-1],
+                **shown,
                 "topic": row.topic,
-                "timestamp": from_micros(row.timestamp_us).isoformat(),
                 "timestamp_us": row.timestamp_us,
-                **payload,
+                **stored,
                 "hash": row.hash.hex(),
             }
             if key_id is not None and key_id not in written:
                 written.add(key_id)
                 record["data_key"] = _key_line(keys, key_id)
             yield json.dumps(record, ensure_ascii=False)
+
+
+def _keyless() -> PydanticMapper:
+    """A mapper that opens no sealed content: what a line shows of an encrypted event is its
+    erased form (the content is in the stored payload, sealed, beside its data key)."""
+    return PydanticMapper(transcoder=JSONBytesTranscoder())
 
 
 def _key_line(keys: KeyStore, key_id: str) -> dict[str, Any]:
@@ -208,7 +231,9 @@ def _replay(
     store: EventStoreApplication, events: list[ExportedEvent], report: ImportProgress
 ) -> tuple[dict[int, StoredFacts], Owners]:
     """Every event replayed (it must rebuild, or it could not load): their stored facts (by
-    line), and each session's owner."""
+    line), and each session's owner. A line that shows its event (format 4) must show the
+    event its stored payload holds, as it reads without keys."""
+    keyless = _keyless()
     facts: dict[int, StoredFacts] = {}
     owners: Owners = {}
     session: Session | None = None
@@ -241,10 +266,33 @@ def _replay(
         if row.version == 1:
             user = "" if session.key.startswith(SCOPE_PREFIX) else session.started_by.user_id
             owners[row.originator_id] = (session.tenant, user)
+        if event.shown is not None:
+            _check_shown(keyless, event, session.key)
         if done % _PROGRESS_EVERY == 0:
             report("verify", done, len(events))
     report("verify", len(events), len(events))
     return facts, owners
+
+
+def _check_shown(keyless: PydanticMapper, event: ExportedEvent, key: str) -> None:
+    """The event a format 4 line shows is the one its stored payload holds (its encrypted
+    content erased): a reader of the file sees what the chain covers."""
+    row = event.row
+    try:
+        stored = keyless.event_of_row(
+            row.originator_id, row.version, row.topic, row.state, row.timestamp_us
+        )
+        shown = ledger_event(key, stored).as_json()
+    except Exception as error:
+        raise InvalidInput(
+            f"Line {event.line}: event {row.version} of session {row.originator_id} cannot be "
+            f"shown ({type(error).__name__}); {NOTHING}."
+        ) from None
+    if shown != event.shown:
+        raise InvalidInput(
+            f"Line {event.line} shows an event other than the one its stored payload holds "
+            f"(the file was edited?); {NOTHING}."
+        )
 
 
 def _check_key_owners(
