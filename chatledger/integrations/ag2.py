@@ -49,6 +49,7 @@ from chatledger import (
     SessionLedger,
     UnknownSession,
 )
+from chatledger.integrations.framework_sessions import drop_session, open_ledger
 
 try:
     from ag2.annotations import Context
@@ -99,19 +100,7 @@ class LedgerStorage(Storage):
         principal: Principal,
         account_id: str | None = None,
     ) -> None:
-        if isinstance(ledger_or_url, str):
-            self.ledger = SessionLedger(ledger_or_url)
-            self._owned = True
-        elif isinstance(ledger_or_url, AsyncSessionLedger):
-            self.ledger, self._owned = ledger_or_url.ledger, False
-        elif isinstance(ledger_or_url, SessionLedger):
-            self.ledger, self._owned = ledger_or_url, False
-        else:
-            raise InvalidInput(
-                "ledger_or_url must be a SessionLedger, an AsyncSessionLedger or a database URL."
-            )
-        if not isinstance(principal, Principal):
-            raise InvalidInput("principal must be a chatledger Principal.")
+        self.ledger, self._owned = open_ledger(ledger_or_url, principal)
         self.principal = principal
         self.account_id = account_id
         # Per event loop, per stream: one write at a time, in the order the calls came.
@@ -229,14 +218,7 @@ class LedgerStorage(Storage):
         return history[-1].version if history else 0
 
     def _drop(self, stream_id: StreamId) -> None:
-        key = stream_key(stream_id)
-        try:
-            if self.ledger.settings.encryption:
-                self.ledger.erase(self.principal, key, account_id=self.account_id)
-            else:
-                self.ledger.delete_session(self.principal, key, account_id=self.account_id)
-        except (UnknownSession, SessionErased):
-            pass
+        drop_session(self.ledger, self.principal, stream_key(stream_id), self.account_id)
 
 
 # ------------------------------------------------------------------ the item form

@@ -32,25 +32,31 @@ Requires ``pip install 'chatledger[langgraph]'``.
 from __future__ import annotations
 
 import asyncio
-import base64
 import builtins
-import json
 import random
-import threading
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from chatledger import (
     AsyncSessionLedger,
     ConcurrencyConflict,
     InvalidInput,
-    Message,
     Principal,
     SessionErased,
     SessionLedger,
     UnknownSession,
+)
+from chatledger.integrations.framework_sessions import drop_session, open_ledger, session_keys
+from chatledger.integrations.langgraph_threads import (
+    ParsedItems,
+    StoredCheckpoint,
+    StoredWrites,
+    ThreadIndex,
+    Typed,
+    checkpoint_item,
+    checkpoint_text,
+    writes_item,
+    writes_text,
 )
 
 try:
@@ -75,69 +81,9 @@ except ImportError as missing:  # pragma: no cover - exercised only without Lang
 
 __all__ = ["LedgerSaver"]
 
+EMPTY: Typed = ("empty", b"")  # a channel in new_versions with no value: it was cleared
 _ATTEMPTS = 5  # a prune or delete_for_runs re-read after this many lost races gives up
-_PAGE = 1000
 _PARSED_CACHE = 200_000  # items remembered parsed, across threads (oldest forgotten first)
-_TEXT_CHARS = 500  # how much of one channel value an item's text shows
-Typed = tuple[str, bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class _Checkpoint:
-    ns: str
-    id: str
-    parent: str | None
-    checkpoint: Typed
-    metadata: Typed
-    run_id: str | None
-    blobs: dict[tuple[str, str], Typed]  # (channel, str(version)) -> value
-
-
-@dataclass(frozen=True, slots=True)
-class _Writes:
-    ns: str
-    checkpoint_id: str
-    task_id: str
-    task_path: str
-    writes: tuple[tuple[int, str, Typed], ...]  # (index, channel, value)
-
-
-@dataclass
-class _Thread:
-    """A thread's live buffer, folded: what ``get_tuple`` and ``list`` read."""
-
-    version: int
-    messages: list[Message]
-    # ns -> checkpoint id -> (position in the buffer, the checkpoint)
-    checkpoints: dict[str, dict[str, tuple[int, _Checkpoint]]] = field(default_factory=dict)
-    # (ns, checkpoint id) -> (task id, index) -> (task id, channel, value, task path)
-    writes: dict[tuple[str, str], dict[tuple[str, int], tuple[str, str, Typed, str]]] = field(
-        default_factory=dict
-    )
-    # (ns, channel, version) -> [(position, checkpoint id)] of the checkpoints that hold it
-    blobs: dict[tuple[str, str, str], list[tuple[int, str]]] = field(default_factory=dict)
-
-
-class _ParsedItems:
-    """Items parsed once, by message id (ids are unique in a session; a fork copies them
-    with their content, so a hit is the same item); bounded, oldest forgotten first."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.entries: OrderedDict[tuple[str, str], _Checkpoint | _Writes | None] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: str, message: Message) -> _Checkpoint | _Writes | None:
-        ident = (key, message.id)
-        with self.lock:
-            if ident in self.entries:
-                return self.entries[ident]
-        parsed = _parse(message.as_item())
-        with self.lock:
-            self.entries[ident] = parsed
-            while len(self.entries) > self.size:
-                self.entries.popitem(last=False)
-        return parsed
 
 
 class LedgerSaver(BaseCheckpointSaver[str]):
@@ -159,21 +105,10 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
     ) -> None:
         super().__init__(serde=serde)
-        if isinstance(ledger_or_url, str):
-            self.ledger, self._owned = SessionLedger(ledger_or_url), True
-        elif isinstance(ledger_or_url, AsyncSessionLedger):
-            self.ledger, self._owned = ledger_or_url.ledger, False
-        elif isinstance(ledger_or_url, SessionLedger):
-            self.ledger, self._owned = ledger_or_url, False
-        else:
-            raise InvalidInput(
-                "ledger_or_url must be a SessionLedger, an AsyncSessionLedger or a database URL."
-            )
-        if not isinstance(principal, Principal):
-            raise InvalidInput("principal must be a chatledger Principal.")
+        self.ledger, self._owned = open_ledger(ledger_or_url, principal)
         self.principal = principal
         self.account_id = account_id
-        self._parsed = _ParsedItems(_PARSED_CACHE)
+        self._parsed = ParsedItems(_PARSED_CACHE)
 
     # ------------------------------------------------------------------ reads
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -200,7 +135,11 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         """Checkpoints newest first per namespace: of ``config``'s thread (and namespace and
         checkpoint id, if it names them) or of every thread, whose metadata has ``filter``'s
         values, older than ``before``'s checkpoint, at most ``limit`` of them."""
-        thread_ids = [_thread(config)] if config else self._thread_ids()
+        thread_ids = (
+            [_thread(config)]
+            if config
+            else session_keys(self.ledger, self.principal, self.account_id)
+        )
         configurable = config.get("configurable", {}) if config else {}
         wanted_ns = configurable.get("checkpoint_ns")
         wanted_id = configurable.get("checkpoint_id")
@@ -243,29 +182,19 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         bare: dict[str, Any] = dict(checkpoint)
         values = cast(dict[str, Any], bare.pop("channel_values", None) or {})
         full_metadata = get_checkpoint_metadata(config, metadata)
+        run_id = full_metadata.get("run_id")
+        entry = StoredCheckpoint(
+            ns=ns, id=checkpoint["id"], parent=get_checkpoint_id(config),
+            checkpoint=self._dump(bare), metadata=self._dump(full_metadata),
+            run_id=run_id if isinstance(run_id, str) else None, blobs={},
+        )  # fmt: skip
         blobs = {
-            channel: [str(version), *_encoded(self._dump(values[channel]))]
-            if channel in values
-            else [str(version), "empty", ""]
+            channel: (str(version), self._dump(values[channel]) if channel in values else EMPTY)
             for channel, version in new_versions.items()
         }
-        run_id = full_metadata.get("run_id")
-        item = {
-            "type": "message",
-            "role": "assistant",
-            "content": _checkpoint_text(checkpoint["id"], ns, full_metadata, values, new_versions),
-            "langgraph": {
-                "kind": "checkpoint",
-                "ns": ns,
-                "id": checkpoint["id"],
-                "parent": get_checkpoint_id(config),
-                "checkpoint": _encoded(self._dump(bare)),
-                "metadata": _encoded(self._dump(full_metadata)),
-                "run_id": run_id if isinstance(run_id, str) else None,
-                "blobs": blobs,
-            },
-        }
-        self._append(thread_id, [item])
+        written = {channel: values[channel] for channel in new_versions if channel in values}
+        text = checkpoint_text(entry, full_metadata, written)
+        self._append(thread_id, [checkpoint_item(entry, text, blobs)])
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -287,37 +216,19 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id is None:
             raise InvalidInput("put_writes needs a config naming a checkpoint_id.")
-        stored = [
-            [WRITES_IDX_MAP.get(channel, index), channel, *_encoded(self._dump(value))]
-            for index, (channel, value) in enumerate(writes)
-        ]
-        if not stored:
-            return
-        item = {
-            "type": "message",
-            "role": "assistant",
-            "content": _writes_text(task_id, writes),
-            "langgraph": {
-                "kind": "writes",
-                "ns": ns,
-                "checkpoint_id": checkpoint_id,
-                "task_id": task_id,
-                "task_path": task_path,
-                "writes": stored,
-            },
-        }
-        self._append(thread_id, [item])
+        entry = StoredWrites(
+            ns=ns, checkpoint_id=checkpoint_id, task_id=task_id, task_path=task_path,
+            writes=tuple(
+                (WRITES_IDX_MAP.get(channel, index), channel, self._dump(value))
+                for index, (channel, value) in enumerate(writes)
+            ),
+        )  # fmt: skip
+        if entry.writes:
+            self._append(thread_id, [writes_item(entry, writes_text(task_id, writes))])
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's session (erase it, on a ledger with encryption)."""
-        key = _key(thread_id)
-        try:
-            if self.ledger.settings.encryption:
-                self.ledger.erase(self.principal, key, account_id=self.account_id)
-            else:
-                self.ledger.delete_session(self.principal, key, account_id=self.account_id)
-        except (UnknownSession, SessionErased):
-            pass
+        drop_session(self.ledger, self.principal, _key(thread_id), self.account_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Take every checkpoint a run of ``run_ids`` made (metadata ``run_id``), and its
@@ -325,7 +236,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         runs = set(run_ids)
         if not runs:
             return
-        for thread_id in self._thread_ids():
+        for thread_id in session_keys(self.ledger, self.principal, self.account_id):
             self._drop(thread_id, lambda c, _latest: c.run_id in runs)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -431,7 +342,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     def _append(self, thread_id: str, items: builtins.list[dict[str, Any]]) -> None:
         self.ledger.add_items(self.principal, _key(thread_id), items, account_id=self.account_id)
 
-    def _read(self, thread_id: str) -> _Thread | None:
+    def _read(self, thread_id: str) -> ThreadIndex | None:
         """The thread's live buffer, folded (None if it has no live session)."""
         key = _key(thread_id)
         try:
@@ -440,100 +351,35 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             return None
         if view.status in ("deleted", "erased"):
             return None
-        thread = _Thread(version=view.version, messages=list(view.buffer))
-        for position, message in enumerate(thread.messages):
-            parsed = self._parsed.get(key, message)
-            if isinstance(parsed, _Checkpoint):
-                thread.checkpoints.setdefault(parsed.ns, {})[parsed.id] = (position, parsed)
-                for channel, version in parsed.blobs:
-                    thread.blobs.setdefault((parsed.ns, channel, version), []).append(
-                        (position, parsed.id)
-                    )
-            elif isinstance(parsed, _Writes):
-                stored = thread.writes.setdefault((parsed.ns, parsed.checkpoint_id), {})
-                for index, channel, value in parsed.writes:
-                    slot = (parsed.task_id, index)
-                    if index >= 0 and slot in stored:
-                        continue  # a write is recorded once; a retry keeps the first
-                    stored[slot] = (parsed.task_id, channel, value, parsed.task_path)
-        return thread
+        return ThreadIndex.fold(view.version, view.buffer, lambda m: self._parsed.get(key, m))
 
-    def _values(self, thread: _Thread, entry: _Checkpoint) -> dict[str, Typed]:
-        """The stored value of each channel ``entry`` reads, found on its own chain of
-        parents first (then the newest holder recorded before it)."""
-        checkpoint = self.serde.loads_typed(entry.checkpoint)
-        versions: Mapping[str, Any] = checkpoint.get("channel_versions", {})
-        found: dict[str, Typed] = {}
-        chain: dict[str, int] | None = None
-        here = thread.checkpoints[entry.ns][entry.id][0]
-        for channel, version in versions.items():
-            holders = thread.blobs.get((entry.ns, channel, str(version)), [])
-            if not holders:
-                continue
-            if len(holders) == 1:
-                holder = holders[0][1]
-            else:
-                chain = chain if chain is not None else self._chain(thread, entry)
-                on_chain = [h for h in holders if h[1] in chain]
-                earlier = [h for h in holders if h[0] <= here]
-                holder = (
-                    min(on_chain, key=lambda h: chain[h[1]])[1]
-                    if on_chain
-                    else max(earlier or holders)[1]
-                )
-            value = thread.checkpoints[entry.ns][holder][1].blobs[(channel, str(version))]
-            if value[0] != "empty":
-                found[channel] = value
-        return found
-
-    @staticmethod
-    def _chain(thread: _Thread, entry: _Checkpoint) -> dict[str, int]:
-        """Checkpoint id -> distance, for ``entry`` and its recorded ancestors."""
-        chain: dict[str, int] = {}
-        current: _Checkpoint | None = entry
-        checkpoints = thread.checkpoints[entry.ns]
-        while current is not None and current.id not in chain:
-            chain[current.id] = len(chain)
-            parent = checkpoints.get(current.parent) if current.parent else None
-            current = parent[1] if parent else None
-        return chain
-
-    def _tuple(self, thread_id: str, thread: _Thread, entry: _Checkpoint) -> CheckpointTuple:
+    def _tuple(
+        self, thread_id: str, thread: ThreadIndex, entry: StoredCheckpoint
+    ) -> CheckpointTuple:
         checkpoint = self.serde.loads_typed(entry.checkpoint)
         checkpoint["channel_values"] = {
             channel: self.serde.loads_typed(value)
-            for channel, value in self._values(thread, entry).items()
+            for channel, value in thread.values(
+                entry, checkpoint.get("channel_versions", {})
+            ).items()
         }
-        stored = thread.writes.get((entry.ns, entry.id), {})
-        ordered = sorted(stored.items(), key=lambda kv: writes_sort_key(kv[1][3], *kv[0]))
+        place = {"thread_id": thread_id, "checkpoint_ns": entry.ns}
         return CheckpointTuple(
-            config={
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": entry.ns,
-                    "checkpoint_id": entry.id,
-                }
-            },
+            config={"configurable": {**place, "checkpoint_id": entry.id}},
             checkpoint=checkpoint,
             metadata=self.serde.loads_typed(entry.metadata),
             parent_config=(
-                {
-                    "configurable": {
-                        "thread_id": thread_id,
-                        "checkpoint_ns": entry.ns,
-                        "checkpoint_id": entry.parent,
-                    }
-                }
-                if entry.parent
-                else None
+                {"configurable": {**place, "checkpoint_id": entry.parent}} if entry.parent else None
             ),
             pending_writes=[
                 (task, channel, self.serde.loads_typed(value))
-                for _, (task, channel, value, _path) in ordered
+                for task, channel, value in thread.pending(entry, writes_sort_key)
             ],
         )
 
-    def _drop(self, thread_id: str, dropped: Any) -> None:
+    def _drop(
+        self, thread_id: str, dropped: Callable[[StoredCheckpoint, dict[str, str]], bool]
+    ) -> None:
         """Take the checkpoints ``dropped(checkpoint, newest id per namespace)`` picks, and
         their writes, out of the buffer in one event at the version read (re-read if
         another writer came first)."""
@@ -542,42 +388,16 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             thread = self._read(thread_id)
             if thread is None:
                 return
-            latest = {ns: max(found) for ns, found in thread.checkpoints.items() if found}
-            gone = {
-                (c.ns, c.id)
-                for found in thread.checkpoints.values()
-                for _, c in found.values()
-                if dropped(c, latest)
-            }
-            if not gone:
+            stale, kept = thread.without(dropped, self._versions)
+            if not stale:
                 return
-            stale: list[Message] = []
-            kept: list[dict[str, Any]] = []
-            for message in thread.messages:
-                parsed = self._parsed.get(key, message)
-                is_gone = (isinstance(parsed, _Checkpoint) and (parsed.ns, parsed.id) in gone) or (
-                    isinstance(parsed, _Writes) and (parsed.ns, parsed.checkpoint_id) in gone
-                )
-                if not stale and not is_gone:
-                    continue  # before the first dropped item: untouched
-                stale.append(message)
-                if not is_gone:
-                    kept.append(
-                        self._whole(thread, parsed, message)
-                        if isinstance(parsed, _Checkpoint)
-                        else message.as_item()
-                    )
+            write = self.ledger.replace_tail if kept else self.ledger.remove_items
+            extra = (kept,) if kept else ()
             try:
-                if kept:
-                    self.ledger.replace_tail(
-                        self.principal, key, [m.id for m in stale], kept,
-                        expected_version=thread.version, account_id=self.account_id,
-                    )  # fmt: skip
-                else:
-                    self.ledger.remove_items(
-                        self.principal, key, [m.id for m in stale],
-                        expected_version=thread.version, account_id=self.account_id,
-                    )  # fmt: skip
+                write(
+                    self.principal, key, stale, *extra,
+                    expected_version=thread.version, account_id=self.account_id,
+                )  # fmt: skip
                 return
             except ConcurrencyConflict:
                 continue
@@ -586,37 +406,14 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             "writers in a row; nothing was recorded. Retry when the thread is quieter."
         )
 
-    def _whole(self, thread: _Thread, entry: _Checkpoint, message: Message) -> dict[str, Any]:
-        """The item of ``entry`` holding every value it reads (none left in other items)."""
-        checkpoint = self.serde.loads_typed(entry.checkpoint)
-        values = self._values(thread, entry)
-        item = message.as_item()
-        stored = dict(item["langgraph"])
-        stored["blobs"] = {
-            channel: [str(version), *_encoded(values[channel])]
-            for channel, version in checkpoint.get("channel_versions", {}).items()
-            if channel in values
-        }
-        return {**item, "langgraph": stored}
-
-    def _thread_ids(self) -> builtins.list[str]:
-        """Every session key of the tenant (the read models caught up first)."""
-        models = self.ledger.read_models
-        models.catch_up()
-        keys: builtins.list[str] = []
-        offset = 0
-        while True:
-            rows = models.working_set(
-                self.principal, account_id=self.account_id, include_evicted=True,
-                limit=_PAGE, offset=offset,
-            )  # fmt: skip
-            keys += [r.session_key for r in rows]
-            if len(rows) < _PAGE:
-                return keys
-            offset += _PAGE
+    def _versions(self, entry: StoredCheckpoint) -> Mapping[str, Any]:
+        versions: Mapping[str, Any] = self.serde.loads_typed(entry.checkpoint).get(
+            "channel_versions", {}
+        )
+        return versions
 
 
-# --------------------------------------------------------------------- the item form
+# ------------------------------------------------------------------------ configs
 def _key(thread_id: Any) -> str:
     if not isinstance(thread_id, str) or not thread_id:
         raise InvalidInput("A LangGraph thread_id must be a non-empty str.")
@@ -635,89 +432,3 @@ def _namespace(config: RunnableConfig) -> str:
     if not isinstance(ns, str):
         raise InvalidInput("checkpoint_ns must be a str.")
     return ns
-
-
-def _encoded(typed: Typed) -> list[str]:
-    kind, data = typed
-    return [kind, base64.b64encode(data).decode("ascii")]
-
-
-def _decoded(kind: Any, data: Any) -> Typed:
-    return str(kind), base64.b64decode(str(data)) if data else b""
-
-
-def _parse(item: Mapping[str, Any]) -> _Checkpoint | _Writes | None:
-    """The checkpoint or writes an item holds (None for any other item, e.g. an erased one)."""
-    stored = item.get("langgraph")
-    if not isinstance(stored, Mapping):
-        return None
-    try:
-        if stored.get("kind") == "checkpoint":
-            return _Checkpoint(
-                ns=str(stored["ns"]),
-                id=str(stored["id"]),
-                parent=stored.get("parent") or None,
-                checkpoint=_decoded(*stored["checkpoint"]),
-                metadata=_decoded(*stored["metadata"]),
-                run_id=stored.get("run_id"),
-                blobs={
-                    (channel, str(version)): _decoded(kind, data)
-                    for channel, (version, kind, data) in stored["blobs"].items()
-                },
-            )
-        if stored.get("kind") == "writes":
-            return _Writes(
-                ns=str(stored["ns"]),
-                checkpoint_id=str(stored["checkpoint_id"]),
-                task_id=str(stored["task_id"]),
-                task_path=str(stored.get("task_path", "")),
-                writes=tuple(
-                    (int(index), str(channel), _decoded(kind, data))
-                    for index, channel, kind, data in stored["writes"]
-                ),
-            )
-    except (KeyError, TypeError, ValueError):
-        return None
-    return None
-
-
-def _checkpoint_text(
-    checkpoint_id: str,
-    ns: str,
-    metadata: Mapping[str, Any],
-    values: Mapping[str, Any],
-    new_versions: ChannelVersions,
-) -> str:
-    where = f" in {ns}" if ns else ""
-    head = (
-        f"checkpoint {checkpoint_id}{where} "
-        f"({metadata.get('source', '?')}, step {metadata.get('step', '?')})"
-    )
-    lines = [
-        f"{channel}: {_value_text(values[channel])}"
-        for channel in new_versions
-        if channel in values
-    ]
-    return "\n".join([head, *lines])
-
-
-def _writes_text(task_id: str, writes: Sequence[tuple[str, Any]]) -> str:
-    lines = [f"{channel}: {_value_text(value)}" for channel, value in writes]
-    return "\n".join([f"writes of task {task_id}", *lines])
-
-
-def _value_text(value: Any) -> str:
-    """A short human reading of a channel value: text as it is, a message as ``type:
-    content``, a list by its last entry, anything else as JSON."""
-    if isinstance(value, str):
-        text = value
-    elif isinstance(getattr(value, "content", None), str):
-        text = f"{getattr(value, 'type', type(value).__name__)}: {value.content}"
-    elif isinstance(value, list | tuple) and value:
-        text = f"[{len(value)}] {_value_text(value[-1])}"
-    else:
-        try:
-            text = json.dumps(value, ensure_ascii=False, default=repr)
-        except (TypeError, ValueError):
-            text = repr(value)
-    return text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 1] + "…"
