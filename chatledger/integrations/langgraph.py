@@ -2,29 +2,22 @@
 
 A LangGraph thread is one ledger session of the principal's tenant, keyed by
 the thread id. Every ``put`` is one item of the session's buffer (one
-``MessageAdded``), every ``put_writes`` another: ``{"type": "message", "role":
-"assistant", "content": <a line saying what it holds>, "langgraph": {...}}``.
-The ``langgraph`` part keeps what the protocol needs, serialised by the
-saver's ``serde`` (base64 of its bytes): for a checkpoint its namespace, id,
-parent id, the checkpoint without its values, its metadata and the values of
-the channels in ``new_versions`` (blobs, keyed by channel and version, as
-LangGraph's own savers keep them); for writes the checkpoint they belong to,
-the task, its path and each write with its index. Reads fold the live
-buffer into an index (each item parsed once and remembered by its message
-id), so ``get_tuple`` and ``list`` see every writer's checkpoints in the
-ledger's order; a channel value is found on the checkpoint's own chain of
-parents first, so two writers forking one thread never read each other's
-values even if they chose the same channel versions.
+``MessageAdded``), every ``put_writes`` another; ``langgraph_threads`` holds
+that item form (what the saver's ``serde`` made of the checkpoint, its
+metadata and the values written, keyed by channel and version, as LangGraph's
+own savers keep them) and the index reads fold the buffer into -- extended
+by the events recorded since it was last read, so every writer's
+checkpoints are seen in the ledger's order. A channel value is found on the
+checkpoint's own chain of parents first: two writers forking one thread never
+read each other's values, even at the same channel versions.
 
-Deleting: ``delete_thread`` records ``Deleted`` (on a ledger with encryption
-it erases the session: its content is gone for good, the thread id then
-takes no more writes). ``prune`` and ``delete_for_runs`` take checkpoints and
-their writes out of the buffer in one event that keeps them in the ledger's
-history: the items after the first one dropped are replaced by those that
-stay, each kept checkpoint rewritten to hold every value it reads (so none
-depends on a dropped one). ``copy_thread`` is a ``fork`` of the source at its
-newest version. Everything stays time-travelable (``session(...,
-at_version=)``), verifiable and visible in the viewer.
+``delete_thread`` records ``Deleted`` (on a ledger with encryption it erases
+the session: the content is gone for good, the thread id then takes no more
+writes). ``prune`` and ``delete_for_runs`` take checkpoints and their writes
+out of the buffer in one event that keeps them in the ledger's history, each
+kept checkpoint rewritten to hold every value it reads. ``copy_thread`` is a
+``fork`` of the source at its newest version. Everything stays
+time-travelable, verifiable and visible in the viewer.
 
 Requires ``pip install 'chatledger[langgraph]'``.
 """
@@ -41,6 +34,7 @@ from chatledger import (
     AsyncSessionLedger,
     ConcurrencyConflict,
     InvalidInput,
+    MessageAdded,
     Principal,
     SessionErased,
     SessionLedger,
@@ -52,6 +46,7 @@ from chatledger.integrations.langgraph_threads import (
     StoredCheckpoint,
     StoredWrites,
     ThreadIndex,
+    ThreadIndexes,
     Typed,
     checkpoint_item,
     checkpoint_text,
@@ -84,6 +79,7 @@ __all__ = ["LedgerSaver"]
 EMPTY: Typed = ("empty", b"")  # a channel in new_versions with no value: it was cleared
 _ATTEMPTS = 5  # a prune or delete_for_runs re-read after this many lost races gives up
 _PARSED_CACHE = 200_000  # items remembered parsed, across threads (oldest forgotten first)
+_THREADS_CACHE = 256  # threads whose index is remembered (the least recently read forgotten)
 
 
 class LedgerSaver(BaseCheckpointSaver[str]):
@@ -109,6 +105,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         self.principal = principal
         self.account_id = account_id
         self._parsed = ParsedItems(_PARSED_CACHE)
+        self._threads = ThreadIndexes(_THREADS_CACHE)
 
     # ------------------------------------------------------------------ reads
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -323,7 +320,6 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
 
-    # --------------------------------------------------------------- lifetime
     def close(self) -> None:
         """Close the ledger if this saver opened it (from a URL)."""
         if self._owned:
@@ -343,15 +339,35 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         self.ledger.add_items(self.principal, _key(thread_id), items, account_id=self.account_id)
 
     def _read(self, thread_id: str) -> ThreadIndex | None:
-        """The thread's live buffer, folded (None if it has no live session)."""
+        """The thread's live buffer, folded (None if it has no live session): the index
+        read before, extended by the items added since; folded afresh when anything else
+        happened since (a removal, a deletion, another writer's prune)."""
         key = _key(thread_id)
+        known = self._threads.get(key)
+        if known is not None:
+            try:  # from the newest event known on (a read of nothing new costs more)
+                since = self.ledger.history(
+                    self.principal, key, after_version=known.version - 1,
+                    account_id=self.account_id,
+                )[1:]  # fmt: skip
+            except (UnknownSession, SessionErased):
+                since = None
+            if since == []:
+                return known
+            if since and all(isinstance(e.event, MessageAdded) for e in since):
+                added = [e.event.message for e in since]  # type: ignore[attr-defined]
+                found = known.extended(since[-1].version, added, lambda m: self._parsed.get(key, m))
+                return self._threads.put(key, found)
         try:
             view = self.ledger.session(self.principal, key, account_id=self.account_id)
         except (UnknownSession, SessionErased):
+            self._threads.forget(key)
             return None
         if view.status in ("deleted", "erased"):
+            self._threads.forget(key)
             return None
-        return ThreadIndex.fold(view.version, view.buffer, lambda m: self._parsed.get(key, m))
+        found = ThreadIndex.fold(view.version, view.buffer, lambda m: self._parsed.get(key, m))
+        return self._threads.put(key, found)
 
     def _tuple(
         self, thread_id: str, thread: ThreadIndex, entry: StoredCheckpoint

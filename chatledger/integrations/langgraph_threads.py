@@ -77,16 +77,39 @@ class ThreadIndex:
     ) -> ThreadIndex:
         """The index of a buffer; a write recorded twice (same task and index) keeps the
         first, except the special channels (negative indexes), which keep the newest."""
-        thread = cls(version=version, messages=list(messages))
-        thread.parsed = [parse(message) for message in thread.messages]
-        for position, parsed in enumerate(thread.parsed):
+        return cls(version=0, messages=[]).extended(version, messages, parse)
+
+    def extended(
+        self, version: int, messages: Iterable[Message], parse: Callable[[Message], Stored]
+    ) -> ThreadIndex:
+        """A new index: this one with ``messages`` appended (this one is left as it is, so
+        a reader holding it is not disturbed)."""
+        added = list(messages)
+        thread = ThreadIndex(
+            version=version,
+            messages=[*self.messages, *added],
+            parsed=[*self.parsed, *(parse(m) for m in added)],
+            checkpoints=dict(self.checkpoints),
+            writes=dict(self.writes),
+            holders=dict(self.holders),
+        )
+        copied: set[object] = set()  # the inner dicts and lists already copied
+
+        def own(table: dict[Any, Any], key: Any, empty: Any) -> Any:
+            if (id(table), key) not in copied:
+                copied.add((id(table), key))
+                table[key] = type(empty)(table.get(key, empty))
+            return table[key]
+
+        for position in range(len(self.messages), len(thread.messages)):
+            parsed = thread.parsed[position]
             if isinstance(parsed, StoredCheckpoint):
-                thread.checkpoints.setdefault(parsed.ns, {})[parsed.id] = (position, parsed)
+                own(thread.checkpoints, parsed.ns, {})[parsed.id] = (position, parsed)
                 for channel, value_version in parsed.blobs:
                     key = (parsed.ns, channel, value_version)
-                    thread.holders.setdefault(key, []).append((position, parsed.id))
+                    own(thread.holders, key, []).append((position, parsed.id))
             elif isinstance(parsed, StoredWrites):
-                stored = thread.writes.setdefault((parsed.ns, parsed.checkpoint_id), {})
+                stored = own(thread.writes, (parsed.ns, parsed.checkpoint_id), {})
                 for index, channel, value in parsed.writes:
                     slot = (parsed.task_id, index)
                     if index < 0 or slot not in stored:
@@ -179,6 +202,38 @@ class ThreadIndex:
             else:
                 kept.append(message.as_item())
         return stale, kept
+
+
+class ThreadIndexes:
+    """The index last read of each thread, by session key; bounded (least recently used
+    forgotten first), safe to share between threads (an index is never changed once
+    stored: a newer one replaces it)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.indexes: OrderedDict[str, ThreadIndex] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> ThreadIndex | None:
+        with self.lock:
+            found = self.indexes.get(key)
+            if found is not None:
+                self.indexes.move_to_end(key)
+            return found
+
+    def put(self, key: str, index: ThreadIndex) -> ThreadIndex:
+        with self.lock:
+            known = self.indexes.get(key)
+            if known is None or known.version <= index.version:
+                self.indexes[key] = index
+                self.indexes.move_to_end(key)
+            while len(self.indexes) > self.size:
+                self.indexes.popitem(last=False)
+        return index
+
+    def forget(self, key: str) -> None:
+        with self.lock:
+            self.indexes.pop(key, None)
 
 
 class ParsedItems:
