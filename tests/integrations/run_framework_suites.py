@@ -133,7 +133,7 @@ def fetch_sdk_tests(args: argparse.Namespace) -> Path:
         return root
     cache.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:",
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", "openai-agents",
          "--no-deps", f"openai-agents=={SDK_VERSION}", "-d", str(cache)],
         check=True,
     )  # fmt: skip
