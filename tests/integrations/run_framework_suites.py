@@ -173,31 +173,34 @@ SUITES = {
 }  # fmt: skip
 
 
-def run_pytest(suite: Suite, tree: Path, store: str, url: str, report: Path) -> float:
-    """The suite's test files on one store; outcomes go to a JUnit XML ``report``."""
-    env = dict(os.environ)
-    env[suite.store_env] = store
-    env.pop(suite.url_env, None)
-    if url:
-        env[suite.url_env] = url
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", suite.plugin,
-        "--tb=line", f"--junitxml={report}", "-o", "junit_family=xunit1",
-        *suite.extra_args, *suite.files,
-    ]  # fmt: skip
-    where = " on PostgreSQL" if url else ""
-    print(f"+ ({suite.name}: {store}{where}) pytest {' '.join(suite.files)}", flush=True)
+def run_pytest(suite: Suite, tree: Path, runs: dict[str, tuple[str, str, Path]]) -> None:
+    """The suite's test files on each store of ``runs`` (label -> (store, server URL, JUnit
+    XML report)), all at once: each run is a process of its own, on a database of its own."""
     started = time.perf_counter()
-    completed = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
-    tail = completed.stdout.strip().splitlines()[-1:] or ["(no output)"]
-    print(f"  {tail[0]} ({elapsed:.0f} s)", flush=True)
-    if completed.returncode not in (0, 1):
-        sys.exit(
-            f"pytest could not run {suite.name}'s tests ({store}):\n{completed.stdout[-3000:]}"
+    procs = {}
+    for label, (store, url, report) in runs.items():
+        env = dict(os.environ)
+        env[suite.store_env] = store
+        env.pop(suite.url_env, None)
+        if url:
+            env[suite.url_env] = url
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
+        command = [
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", suite.plugin,
+            "--tb=line", f"--junitxml={report}", "-o", "junit_family=xunit1",
+            *suite.extra_args, *suite.files,
+        ]  # fmt: skip
+        print(f"+ ({suite.name}: {label}) pytest {' '.join(suite.files)}", flush=True)
+        procs[label] = subprocess.Popen(
+            command, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-    return elapsed
+    for label, proc in procs.items():
+        out, err = proc.communicate()
+        out += err if proc.returncode not in (0, 1) else ""
+        tail = out.strip().splitlines()[-1:] or ["(no output)"]
+        print(f"  {label}: {tail[0]} ({time.perf_counter() - started:.0f} s)", flush=True)
+        if proc.returncode not in (0, 1):
+            sys.exit(f"pytest could not run {suite.name}'s tests ({label}):\n{out[-3000:]}")
 
 
 def outcomes(report: Path) -> dict[str, dict[str, str]]:
@@ -293,15 +296,13 @@ def main() -> int:
                 stores = {"baseline": ("baseline", ""), **stores}
             if args.postgres:
                 stores["chatledger (PostgreSQL)"] = ("chatledger", args.postgres)
-            found: dict[str, dict[str, dict[str, str]]] = {}
-            for n, (label, (store, url)) in enumerate(stores.items()):
-                report = Path(scratch) / f"{n}.xml"
-                run_pytest(suite, tree, store, url, report)
-                found[label] = outcomes(report)
+            reports = {label: Path(scratch) / f"{n}.xml" for n, label in enumerate(stores)}
+            run_pytest(suite, tree, {k: (*v, reports[k]) for k, v in stores.items()})
+            found = {label: outcomes(report) for label, report in reports.items()}
         # Without a baseline run, every test is taken to pass on the framework's own store
         # (true of the pinned versions: dev.py framework-suites shows it).
         baseline = found.pop("baseline", None) or {
-            file: dict.fromkeys(cases, "passed")
+            file: {t: "skipped" if v == "skipped" else "passed" for t, v in cases.items()}
             for file, cases in found["chatledger (SQLite)"].items()
         }
         gaps += compare(suite, baseline, found)
