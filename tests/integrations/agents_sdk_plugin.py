@@ -101,6 +101,15 @@ def pytest_configure(config: Any) -> None:
     agents.memory.SQLiteSession = LedgerBackedSQLiteSession  # type: ignore[misc]
 
 
+def pytest_unconfigure(config: Any) -> None:
+    """Close the ledgers tests left open (before the interpreter tears its modules down)."""
+    with _ledgers_lock:
+        left = [ledger for ledger, _ in _ledgers.values()]
+        _ledgers.clear()
+    for ledger in left:
+        ledger.close()
+
+
 def pytest_report_header(config: Any) -> str:
     where = f" on {SERVER_URL.split('@')[-1]}" if SERVER_URL and STORE == "chatledger" else ""
     return f"session store under test: {STORE}{where} (chatledger plugin)"
