@@ -108,10 +108,8 @@ def test_the_api_refuses_a_file_that_is_no_ledger_untouched(tmp_path: Path, kind
 
 
 @pytest.fixture
-def postgres_other_schema(backend: str, database_url: str) -> Iterator[str]:
+def postgres_other_schema(database_url: str) -> Iterator[str]:
     """A PostgreSQL schema holding another application's table (no ledger)."""
-    if backend != "postgres":
-        pytest.skip("the SQLite cases are the file tests above")
     engine = create_engine(database_url)
     try:
         with engine.begin() as connection:
@@ -135,6 +133,7 @@ def _schema(url: str) -> dict[str, list[Any]]:
         engine.dispose()
 
 
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 @pytest.mark.parametrize("args", [a + AS_ALICE for a in NOT_CREATING] + NO_PRINCIPAL, ids=" ".join)
 def test_a_postgres_schema_that_is_no_ledger_is_refused_untouched(
     postgres_other_schema: str, args: list[str]

@@ -910,13 +910,12 @@ def test_rebuilds_in_three_processes_at_once_all_succeed_with_the_same_rows(
             assert _rows(models) == alone
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # (PostgreSQL has no such lock)
 def test_a_rebuild_waits_out_a_write_lock_held_past_the_busy_timeout(
-    make_ledger: Callable[..., SessionLedger], database_url: str, backend: str
+    make_ledger: Callable[..., SessionLedger], database_url: str
 ) -> None:
     """Another process holds SQLite's write lock three times the busy timeout (as a rebuild's
     span of a million events may): a rebuild takes its turn after it instead of failing."""
-    if backend != "sqlite":
-        pytest.skip("PostgreSQL has no database-wide write lock")
     import subprocess
     import sys
 
