@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
+from test_cli_exit_codes import READ_ONLY
 from typer.testing import CliRunner
 
 from chatledger import LedgerNotFound, ReadModels, SessionLedger
@@ -30,22 +31,15 @@ from support import ALICE
 runner = CliRunner()
 AS_ALICE = ["--account", ALICE.account_id]
 
-# Every command that does not create a ledger (``import`` and ``demo`` do).
+# Every command that does not create a ledger (``import`` and ``demo`` do): those that take
+# a principal, and the read-model and schema commands, which take none.
+NO_PRINCIPAL = [["rebuild", "--all"], ["project"], ["migrate"]]
 NOT_CREATING = [
-    ["show", "s1"],
-    ["context", "s1"],
-    ["log", "s1"],
-    ["diff", "s1", "1", "2"],
-    ["fork", "s1", "--at-version", "1", "--as", "s2"],
-    ["sessions"],
+    *(a for a in READ_ONLY if a not in NO_PRINCIPAL),
     ["sessions", "--no-catch-up"],
-    ["usage"],
-    ["verify"],
     ["verify", "--deep"],
-    ["export"],
     ["erase", "s1", "--yes"],
 ]
-NO_PRINCIPAL = [["rebuild", "--all"], ["project"], ["migrate"]]  # (they take no --account)
 # The commands that only read (``sessions`` and ``usage`` catch their read models up first:
 # a write of read-model rows, none while those are current).
 READING = [
