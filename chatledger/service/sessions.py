@@ -336,8 +336,9 @@ class SessionStore:
     def write_together(self, parts: Sequence[Part]) -> list[Written[Any]]:
         """Write several sessions in one transaction: every part's events, or none.
 
-        The first part is the session the caller writes; the others are streams
-        that must change with it (shared state scopes). Locks are taken in a
+        The first part is the session the caller writes (a keyed write is looked up
+        in its stream); the others are streams that must change with it (shared
+        state scopes). Locks are taken in a
         fixed order (by id), so two such writes never deadlock; a conflict on
         any stream reloads all and re-applies all.
         """
@@ -410,6 +411,7 @@ class Part:
     sid: UUID
     apply: Callable[[Session], Any]
     create: Callable[[], Session] | None = None
+    # The key the part's events carry; only the first part's is looked up (the write's).
     idempotency_key: str | None = None
     reach: int = 1
     expected_version: int | None = None
