@@ -526,23 +526,29 @@ class Session(BaseAggregate[UUID]):
             timestamp=timestamp,
         )
 
-    def consume_compaction(self, token: str, *, actor: Principal, timestamp: datetime) -> bool:
-        """Consume the pending token: ``True``; if it expired, clear it and return ``False``."""
+    def consume_compaction(
+        self, token: str, *, actor: Principal, timestamp: datetime
+    ) -> Literal["completed", "expired", "unknown"]:
+        """Consume the pending token (``"completed"``). A pending token that expired is
+        cleared whichever token is presented: ``"expired"`` if it was this one,
+        ``"unknown"`` if another (nothing is recorded for an unknown token when none is
+        pending, or the pending one is live)."""
         pending = self.pending_compaction
-        if pending is None or pending.token != token:
-            raise InvalidInput(
-                f"No compaction with that token is pending for session {self.key!r} (consumed "
-                "already, expired, or never prepared); prepare a new one."
-            )
+        if pending is None:
+            return "unknown"
         expired = timestamp >= pending.expires_at
+        if pending.token != token and not expired:
+            return "unknown"
         self.trigger_event(
             CompactionCleared,
-            token=token,
+            token=pending.token,
             reason="expired" if expired else "completed",
             actor=actor,
             timestamp=timestamp,
         )
-        return not expired
+        if pending.token != token:
+            return "unknown"
+        return "expired" if expired else "completed"
 
     def import_usage(
         self,

@@ -140,6 +140,32 @@ def test_an_expired_compaction_token_is_refused_and_cleared(
     assert again.token != token.token
 
 
+def test_consuming_any_token_clears_an_expired_one(
+    ledger: SessionLedger, clock: FixedClock
+) -> None:
+    """An expired pending token is cleared by a consume whichever token is presented (a
+    stale or made-up one too): one CompactionCleared(expired) naming the pending token;
+    a wrong token while the pending one is live records nothing."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    token = ledger.prepare_compaction(ALICE, "s1", ttl_seconds=30)
+    state = store_state(ledger)
+    with pytest.raises(InvalidInput, match="No compaction"):
+        ledger.complete_compaction(ALICE, "s1", "not-the-token")  # live: nothing recorded
+    assert store_state(ledger) == state
+    assert ledger.session(ALICE, "s1").pending_compaction == token
+    clock.now += timedelta(minutes=5)
+    with pytest.raises(InvalidInput, match="No compaction"):
+        ledger.complete_compaction(ALICE, "s1", "not-the-token")
+    assert ledger.session(ALICE, "s1").pending_compaction is None
+    last = ledger.history(ALICE, "s1")[-1]
+    assert last.type == "CompactionCleared"
+    assert (last.event.token, last.event.reason) == (token.token, "expired")  # type: ignore[attr-defined]
+    versions = ledger.session(ALICE, "s1").version
+    with pytest.raises(InvalidInput, match="No compaction"):
+        ledger.complete_compaction(ALICE, "s1", token.token)  # cleared: nothing more recorded
+    assert ledger.session(ALICE, "s1").version == versions
+
+
 # ------------------------------------------------- commits, archives, usage
 def test_every_commit_has_a_task_record(make_ledger: Callable[..., SessionLedger]) -> None:
     """Commits that wait get a task id too; task() tells its final status, error and result."""
