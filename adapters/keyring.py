@@ -29,6 +29,10 @@ from chatledger.domain.ports import ArchiveBody, KeyOwner, KeyScope, KeyStore
 from chatledger.domain.session import Session
 
 _MAX_ENTRIES = 10_000
+USER_SEAL_SECONDS = 1.0
+"""Longest a user's key seals from the cache: a user key is shared by every session the user
+starts, so an erasure elsewhere must know how long another process may still seal with it
+(``erase_user`` waits that long, plus a write's lock wait, for such writes to land)."""
 _KEY_ID = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
 _KEY_BYTES = 32
 
@@ -51,6 +55,9 @@ class KeyRing:
         self.scope = scope
         self.seal = seal  # whether new content is encrypted (setting ``encryption``)
         self.ttl = ttl
+        # How long a cached key seals new content: a user's key for at most
+        # USER_SEAL_SECONDS (see there), a session's for the whole ttl.
+        self.seal_ttl = ttl if scope == "session" else min(ttl, USER_SEAL_SECONDS)
         self._monotonic = monotonic
         self._sealing: OrderedDict[int, tuple[float, str, AESGCM]] = OrderedDict()
         self._ciphers: OrderedDict[str, tuple[float, AESGCM | None]] = OrderedDict()
@@ -72,7 +79,7 @@ class KeyRing:
         sid = session.id.int
         if not new:
             entry = self._sealing.get(sid)  # a dict read needs no lock (the hot path)
-            if entry is not None and now - entry[0] < self.ttl:
+            if entry is not None and now - entry[0] < self.seal_ttl:
                 return entry[1], entry[2]
         key = self.store.key_for(self.owner_of(session), at)
         if not _KEY_ID.fullmatch(key.key_id) or len(key.material) != _KEY_BYTES:

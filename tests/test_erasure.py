@@ -180,7 +180,7 @@ def test_with_user_keys_a_user_is_erased_at_once_and_a_session_alone_is_refused(
 ) -> None:
     """key_scope 'user': erase of one session is refused (its key is the user's); erase_user
     destroys the one key of the user; the user's next session gets a new key."""
-    ledger = make_ledger(key_scope="user")
+    ledger = make_ledger(key_scope="user", busy_timeout=1)  # the sweep lasts 1 s + this
     fill(ledger, "a1")
     fill(ledger, "a2")
     ledger.update_state(ALICE, "a1", {}, shared_state={"app:shop": {"code": SECRET}})

@@ -26,16 +26,18 @@ erasure of sessions holding some is refused before anything is done.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+from chatledger.adapters.keyring import USER_SEAL_SECONDS
 from chatledger.adapters.sealing import open_body
 from chatledger.adapters.shredding import Survey, delete_snapshots, started_sessions, survey
 from chatledger.domain.access import SCOPE_PREFIX, Target
 from chatledger.domain.failures import AccessDenied, ChatLedgerError, InvalidInput, UnknownSession
-from chatledger.domain.ports import ArchiveBody
+from chatledger.domain.ports import ArchiveBody, KeyStore
 from chatledger.domain.session import ErasureScope, Session
 from chatledger.domain.values import Principal
 from chatledger.results import ErasureResult
@@ -83,19 +85,38 @@ def erase_user(
     core: Core, principal: Principal, tenant: str, user_id: str, *, allow_unencrypted: bool
 ) -> ErasureResult:
     """Erase every session ``user_id`` started in ``tenant`` (``erase_user``); shared state
-    scopes are the account's, not the user's, and stay."""
+    scopes are the account's, not the user's, and stay. ``UnknownSession`` if the user
+    started no session there and holds no key (a misspelt user id erases nothing)."""
     keys = core.store.keyring.store
     erasing = [
         _Erasing(sid, key, survey(core.store, sid))
-        for sid, key in started_sessions(core.store, tenant, user_id)
-        if not key.startswith(SCOPE_PREFIX)
+        for sid, key in _users_sessions(core, tenant, user_id)
     ]
+    user_keys = keys.records(tenant=tenant, user_id=user_id)
+    if not erasing and not user_keys:
+        raise UnknownSession(
+            f"No session was started by user {user_id!r} in account {tenant!r}, and the "
+            "user holds no key there: nothing to erase (check the user id and the account). "
+            "Nothing was erased."
+        )
     _check_encrypted(erasing, allow_unencrypted)
-    key_ids = {r.key_id for r in keys.records(tenant=tenant, user_id=user_id)}
+    key_ids = {r.key_id for r in user_keys}
     for item in erasing:
         key_ids |= item.found.key_ids
         key_ids |= {r.key_id for r in keys.records(session_id=item.sid)}
-    return _erase(core, principal, "user", tenant, user_id, erasing, sorted(key_ids))
+    return _erase(
+        core, principal, "user", tenant, user_id, erasing, sorted(key_ids),
+        latecomers=lambda: _users_sessions(core, tenant, user_id),
+    )  # fmt: skip
+
+
+def _users_sessions(core: Core, tenant: str, user_id: str) -> list[tuple[UUID, str]]:
+    """The sessions ``user_id`` started in ``tenant`` (shared state scopes are not theirs)."""
+    return [
+        (sid, key)
+        for sid, key in started_sessions(core.store, tenant, user_id)
+        if not key.startswith(SCOPE_PREFIX)
+    ]
 
 
 def erase_tenant(
@@ -113,7 +134,10 @@ def erase_tenant(
     key_ids = {r.key_id for r in keys.records(tenant=tenant)}
     for item in erasing:
         key_ids |= item.found.key_ids
-    return _erase(core, principal, "tenant", tenant, None, erasing, sorted(key_ids))
+    return _erase(
+        core, principal, "tenant", tenant, None, erasing, sorted(key_ids),
+        latecomers=lambda: started_sessions(core.store, tenant, None),
+    )  # fmt: skip
 
 
 def _check_encrypted(erasing: list[_Erasing], allowed: bool) -> None:
@@ -145,30 +169,19 @@ def _erase(
     user_id: str | None,
     erasing: list[_Erasing],
     key_ids: list[str],
+    *,
+    latecomers: Callable[[], list[tuple[UUID, str]]] | None = None,
 ) -> ErasureResult:
     ring = core.store.keyring
     keys = ring.store
     now = core.now()
     keys.destroy(key_ids, now)
+    run = _Run(core, principal, scope, now, set(key_ids))
     ring.forget(key_ids, [item.sid for item in erasing])
-    erased: list[str] = []
-    already: list[str] = []
-    snapshots = unencrypted = 0
-    destroyed = set(key_ids)
     for item in erasing:
-        named = sorted(item.found.key_ids | {r.key_id for r in keys.records(session_id=item.sid)})
-        written = core.sessions.write(item.sid, _recorder(scope, named, principal, now))
-        (erased if written.outcome else already).append(item.key)
-        snapshots += delete_snapshots(core.store, item.sid)
-        core.sessions.forget(item.sid)
-        unencrypted += item.found.unencrypted
-        # A write that slipped in between the destruction and the Erased event may
-        # have sealed with a key made meanwhile (a user's new key): destroy it too.
-        late = survey(core.store, item.sid).key_ids - destroyed
-        if late:
-            keys.destroy(sorted(late), now)
-            ring.forget(late)
-            destroyed |= late
+        run.erase(item)
+    if latecomers is not None and _shared_keys(keys, key_ids):
+        run.sweep(latecomers)
     try:
         purged = bool(keys.purge())
     except ChatLedgerError as error:  # the erasure itself is complete: say so, and why not
@@ -178,13 +191,89 @@ def _erase(
         scope=scope,
         account_id=tenant,
         user_id=user_id,
-        erased=tuple(erased),
-        already_erased=tuple(already),
-        key_ids=tuple(sorted(destroyed)),
-        snapshots_deleted=snapshots,
-        unencrypted_events=unencrypted,
+        erased=tuple(run.erased),
+        already_erased=tuple(run.already),
+        key_ids=tuple(sorted(run.destroyed)),
+        snapshots_deleted=run.snapshots,
+        unencrypted_events=run.unencrypted,
         purged=purged,
     )
+
+
+def _shared_keys(keys: KeyStore, key_ids: list[str]) -> bool:
+    """Whether some of these keys are a user's (or an account's): keys that sessions started
+    while the erasure runs may be sealed with, unlike a session's own."""
+    return any(r.scope == "user" for r in keys.records(key_ids=key_ids)) if key_ids else False
+
+
+class _Run:
+    """One erasure under way: what it destroyed and erased so far."""
+
+    def __init__(
+        self,
+        core: Core,
+        principal: Principal,
+        scope: ErasureScope,
+        now: datetime,
+        destroyed: set[str],
+    ) -> None:
+        self.core, self.principal, self.scope, self.now = core, principal, scope, now
+        self.destroyed = destroyed
+        self.erased: list[str] = []
+        self.already: list[str] = []
+        self.done: set[UUID] = set()
+        self.snapshots = self.unencrypted = 0
+        self.destroyed_at = time.monotonic()  # when keys were last destroyed
+
+    def erase(self, item: _Erasing) -> None:
+        """Record ``Erased`` in one session, delete its snapshots, and destroy any key a write
+        that slipped in between the destruction and the event sealed with (a user's new key
+        made meanwhile)."""
+        core, keys, ring = self.core, self.core.store.keyring.store, self.core.store.keyring
+        named = sorted(item.found.key_ids | {r.key_id for r in keys.records(session_id=item.sid)})
+        written = core.sessions.write(
+            item.sid, _recorder(self.scope, named, self.principal, self.now)
+        )
+        (self.erased if written.outcome else self.already).append(item.key)
+        self.done.add(item.sid)
+        self.snapshots += delete_snapshots(core.store, item.sid)
+        core.sessions.forget(item.sid)
+        self.unencrypted += item.found.unencrypted
+        late = survey(core.store, item.sid).key_ids - self.destroyed
+        if late:
+            keys.destroy(sorted(late), self.now)
+            self.destroyed_at = time.monotonic()
+            ring.forget(late)
+            self.destroyed |= late
+
+    def sweep(self, latecomers: Callable[[], list[tuple[UUID, str]]]) -> None:
+        """Erase the sessions started while the erasure ran whose rows name a destroyed key,
+        until no write sealed with such a key can still land.
+
+        Another process may have been handed a user key just before it was destroyed and
+        start a session with it that the first survey did not see; it may also seal with a
+        cached copy for up to ``USER_SEAL_SECONDS``, and such a write may then wait for the
+        database up to ``busy_timeout``. So the sweep goes on until that long after the last
+        destruction (a session erased here may name a user's newer key, which goes too). A
+        session written wholly under keys that still exist is left alone.
+        """
+        fence = USER_SEAL_SECONDS + self.core.sessions.busy_timeout
+        surveyed: set[UUID] = set()
+        while True:
+            started = time.monotonic()
+            for sid, key in latecomers():
+                if sid in self.done or sid in surveyed:
+                    continue  # a session found wholly under live keys keeps using them
+                found = survey(self.core.store, sid)
+                surveyed.add(sid)
+                if found.key_ids & self.destroyed:
+                    before = len(self.destroyed)
+                    self.erase(_Erasing(sid, key, found))
+                    if len(self.destroyed) != before:
+                        surveyed.clear()  # a newer key went too: look at every session again
+            if started >= self.destroyed_at + fence:
+                return
+            time.sleep(0.05)
 
 
 def _recorder(
