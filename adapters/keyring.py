@@ -2,8 +2,9 @@
 
 It sits between the event store and the ``KeyStore`` port: which key seals a
 session's new events (the session's own key, or its user's: ``key_scope``),
-and which cipher opens a stored key id -- both remembered for ``ttl`` seconds,
-so appends and loads do not ask the key store each time. Another process that
+and which cipher opens a stored key id -- both remembered for ``ttl`` seconds (a
+user's key seals from the cache for at most ``USER_SEAL_SECONDS``), so appends
+and loads do not ask the key store each time. Another process that
 destroys a key is noticed when the entry expires; this process's own erasures
 drop the entries at once (``forget``). A new session always asks the store, so
 a user key destroyed elsewhere is never used for a session started here later.
