@@ -27,12 +27,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from chatledger.adapters.keyring import USER_SEAL_SECONDS
+from chatledger.adapters.keyring import (
+    USER_SCOPE_PREFIX,
+    USER_SEAL_SECONDS,
+    pseudonym_owner,
+    pseudonym_with,
+)
 from chatledger.adapters.sealing import open_body
 from chatledger.adapters.shredding import Survey, delete_snapshots, started_sessions, survey
 from chatledger.domain.access import SCOPE_PREFIX, Target
@@ -84,16 +89,25 @@ def erase_session(
 def erase_user(
     core: Core, principal: Principal, tenant: str, user_id: str, *, allow_unencrypted: bool
 ) -> ErasureResult:
-    """Erase every session ``user_id`` started in ``tenant`` (``erase_user``); shared state
-    scopes are the account's, not the user's, and stay. ``UnknownSession`` if the user
-    started no session there and holds no key (a misspelt user id erases nothing)."""
+    """Erase every session ``user_id`` started in ``tenant`` (``erase_user``), and those of
+    the user's pseudonym (an agent framework's user, see ``pseudonym``) with their ``user:``
+    state scopes; then destroy the pseudonym's key. Other shared state scopes are the
+    account's and stay. ``UnknownSession`` if the user started nothing there and holds no
+    key (a misspelt user id erases nothing)."""
     keys = core.store.keyring.store
+    marker = pseudonym_owner(tenant, user_id).user_id
+    pseudonym_keys = [r for r in keys.records(tenant=tenant, user_id=marker) if not r.destroyed_at]
+    users = [user_id]
+    for record in pseudonym_keys:
+        material = keys.get(record.key_id)
+        if material is not None:
+            users.append(pseudonym_with(material, user_id, None))
     erasing = [
         _Erasing(sid, key, survey(core.store, sid))
-        for sid, key in _users_sessions(core, tenant, user_id)
+        for sid, key, _ in _users_sessions(core, tenant, users)
     ]
-    user_keys = keys.records(tenant=tenant, user_id=user_id)
-    if not erasing and not user_keys:
+    user_keys = [r for user in users for r in keys.records(tenant=tenant, user_id=user)]
+    if not erasing and not user_keys and not pseudonym_keys:
         raise UnknownSession(
             f"No session was started by user {user_id!r} in account {tenant!r}, and the "
             "user holds no key there: nothing to erase (check the user id and the account). "
@@ -106,16 +120,21 @@ def erase_user(
         key_ids |= {r.key_id for r in keys.records(session_id=item.sid)}
     return _erase(
         core, principal, "user", tenant, user_id, erasing, sorted(key_ids),
-        latecomers=lambda: _users_sessions(core, tenant, user_id),
+        latecomers=lambda: _users_sessions(core, tenant, users),
+        then_destroy=[r.key_id for r in pseudonym_keys],
+        allow_unencrypted=allow_unencrypted,
     )  # fmt: skip
 
 
-def _users_sessions(core: Core, tenant: str, user_id: str) -> list[tuple[UUID, str]]:
-    """The sessions ``user_id`` started in ``tenant`` (shared state scopes are not theirs)."""
+def _users_sessions(core: Core, tenant: str, users: list[str]) -> list[tuple[UUID, str, bool]]:
+    """(id, key, wholly the user's) of the sessions ``users`` started in ``tenant``: the first
+    is a user id, any other its pseudonym, every session of which is the user's. Shared
+    state scopes are the account's, except ``user:`` scopes."""
     return [
-        (sid, key)
-        for sid, key in started_sessions(core.store, tenant, user_id)
-        if not key.startswith(SCOPE_PREFIX)
+        (sid, key, user != users[0])
+        for user in users
+        for sid, key in started_sessions(core.store, tenant, user)
+        if not key.startswith(SCOPE_PREFIX) or key.startswith(USER_SCOPE_PREFIX)
     ]
 
 
@@ -134,9 +153,14 @@ def erase_tenant(
     key_ids = {r.key_id for r in keys.records(tenant=tenant)}
     for item in erasing:
         key_ids |= item.found.key_ids
+
+    def everyone() -> list[tuple[UUID, str, bool]]:
+        return [(sid, key, False) for sid, key in started_sessions(core.store, tenant, None)]
+
     return _erase(
         core, principal, "tenant", tenant, None, erasing, sorted(key_ids),
-        latecomers=lambda: started_sessions(core.store, tenant, None),
+        latecomers=everyone,
+        allow_unencrypted=allow_unencrypted,
     )  # fmt: skip
 
 
@@ -170,17 +194,24 @@ def _erase(
     erasing: list[_Erasing],
     key_ids: list[str],
     *,
-    latecomers: Callable[[], list[tuple[UUID, str]]] | None = None,
+    latecomers: Callable[[], list[tuple[UUID, str, bool]]] | None = None,
+    then_destroy: Sequence[str] = (),
+    allow_unencrypted: bool = False,
 ) -> ErasureResult:
     ring = core.store.keyring
     keys = ring.store
     now = core.now()
     keys.destroy(key_ids, now)
-    run = _Run(core, principal, scope, now, set(key_ids))
+    run = _Run(core, principal, scope, now, set(key_ids), allow_unencrypted)
     ring.forget(key_ids, [item.sid for item in erasing])
     for item in erasing:
         run.erase(item)
-    if latecomers is not None and _shared_keys(keys, key_ids):
+    if then_destroy:  # a pseudonym's key: only once its sessions carry Erased (a rerun finds them)
+        keys.destroy(then_destroy, now)
+        run.destroyed |= set(then_destroy)
+        run.destroyed_at = time.monotonic()
+        ring.forget(then_destroy)
+    if latecomers is not None and (then_destroy or _shared_keys(keys, key_ids)):
         run.sweep(latecomers)
     try:
         purged = bool(keys.purge())
@@ -216,8 +247,10 @@ class _Run:
         scope: ErasureScope,
         now: datetime,
         destroyed: set[str],
+        allow_unencrypted: bool,
     ) -> None:
         self.core, self.principal, self.scope, self.now = core, principal, scope, now
+        self.allow_unencrypted = allow_unencrypted
         self.destroyed = destroyed
         self.erased: list[str] = []
         self.already: list[str] = []
@@ -246,27 +279,29 @@ class _Run:
             ring.forget(late)
             self.destroyed |= late
 
-    def sweep(self, latecomers: Callable[[], list[tuple[UUID, str]]]) -> None:
-        """Erase the sessions started while the erasure ran whose rows name a destroyed key,
-        until no write sealed with such a key can still land.
+    def sweep(self, latecomers: Callable[[], list[tuple[UUID, str, bool]]]) -> None:
+        """Erase the sessions started while the erasure ran that are the user's: every one of
+        a pseudonym, and any whose rows name a destroyed key -- until no write sealed with
+        such a key, or made under the pseudonym, can still land.
 
-        Another process may have been handed a user key just before it was destroyed and
-        start a session with it that the first survey did not see; it may also seal with a
-        cached copy for up to ``USER_SEAL_SECONDS``, and such a write may then wait for the
+        Another process may have been handed a user key (or a pseudonym) just before it was
+        destroyed and start a session with it that the first survey did not see; it may use
+        a cached copy for up to ``USER_SEAL_SECONDS``, and such a write may then wait for the
         database up to ``busy_timeout``. So the sweep goes on until that long after the last
         destruction (a session erased here may name a user's newer key, which goes too). A
-        session written wholly under keys that still exist is left alone.
+        session of the user id written wholly under keys that still exist is left alone.
         """
         fence = USER_SEAL_SECONDS + self.core.sessions.busy_timeout
         surveyed: set[UUID] = set()
         while True:
             started = time.monotonic()
-            for sid, key in latecomers():
+            for sid, key, whole in latecomers():
                 if sid in self.done or sid in surveyed:
                     continue  # a session found wholly under live keys keeps using them
                 found = survey(self.core.store, sid)
                 surveyed.add(sid)
-                if found.key_ids & self.destroyed:
+                plain_ok = self.allow_unencrypted or not found.unencrypted
+                if (whole and plain_ok) or found.key_ids & self.destroyed:
                     before = len(self.destroyed)
                     self.erase(_Erasing(sid, key, found))
                     if len(self.destroyed) != before:
