@@ -281,14 +281,15 @@ def test_with_user_id_an_end_user_is_erased_by_their_own_id(
     erase_user(principal, user_id) erases them, nothing stored names the user or the
     session id in the clear, another end user is untouched, and the user starts afresh."""
     ledger = make_ledger(encryption=True, busy_timeout=1)
-    ann = ChatLedgerSession("chat-ann.lee@example.com", ledger, ALICE, user_id="ann.lee@example.com")
+    email = "ann.lee@example.com"
+    ann = ChatLedgerSession(f"chat-{email}", ledger, ALICE, user_id=email)
     cid = ChatLedgerSession("chat-cid", ledger, ALICE, user_id="cid")
     run(ann.add_items(ITEMS[:2]))
     run(cid.add_items(ITEMS[:2]))
     ann_key = run(ann.ledger_key())
     assert "ann.lee" not in ann_key and "ann.lee" not in stored_text(ledger)
     assert ledger.history(ALICE, ann_key)[0].actor.user_id.startswith("p")
-    result = ledger.erase_user(ALICE, "ann.lee@example.com")
+    result = ledger.erase_user(ALICE, email)
     assert result.erased == (ann_key,)
     assert ledger.history(ALICE, ann_key)[-1].type == "Erased"
     assert "Order 9" not in ledger.session(ALICE, ann_key).model_dump_json()

@@ -14,7 +14,7 @@ FALCON = "Use PostgreSQL and AGFS for Project Falcon."
 
 
 def test_a_summary_keeping_every_fact_in_other_word_forms_scores_one() -> None:
-    """"Use" in the message and "uses" in the summary are one word: every fact kept, 1.0."""
+    """ "Use" in the message and "uses" in the summary are one word: every fact kept, 1.0."""
     assert information_retention_ratio([FALCON], "Project Falcon uses PostgreSQL and AGFS.") == 1.0
 
 
