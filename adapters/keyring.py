@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
+from uuid import UUID, uuid5
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -68,18 +69,22 @@ class KeyRing:
         # USER_SEAL_SECONDS (see there), a session's for the whole ttl.
         self.seal_ttl = ttl if scope == "session" else min(ttl, USER_SEAL_SECONDS)
         self._monotonic = monotonic
-        self._sealing: OrderedDict[int, tuple[float, str, AESGCM]] = OrderedDict()
+        # By (session id, incarnation): a restarted session seals with a key of its own.
+        self._sealing: OrderedDict[tuple[int, int], tuple[float, str, AESGCM]] = OrderedDict()
         self._ciphers: OrderedDict[str, tuple[float, AESGCM | None]] = OrderedDict()
         self._lock = threading.Lock()
         self._overlay: dict[str, AESGCM | None] = {}
         self._pseudonym_keys: OrderedDict[tuple[str, str], tuple[float, bytes]] = OrderedDict()
 
     def owner_of(self, session: Session) -> KeyOwner:
-        """Whose key seals ``session``: its own, or that of the user who started it (a shared
-        state scope belongs to the account: its key is the account's, user ``""``; a
-        ``user:`` scope is its user's)."""
+        """Whose key seals ``session``: its own -- one per incarnation, so that deleting it
+        can destroy the content of the deleted one (``incarnation_id``) -- or that of the
+        user who started it (a shared state scope belongs to the account: its key is the
+        account's, user ``""``; a ``user:`` scope is its user's)."""
         if self.scope == "session":
-            return KeyOwner(scope="session", tenant=session.tenant, session_id=session.id)
+            return KeyOwner(
+                scope="session", tenant=session.tenant, session_id=incarnation_id(session)
+            )
         key = session.key
         shared = key.startswith(SCOPE_PREFIX) and not key.startswith(USER_SCOPE_PREFIX)
         user = "" if shared else session.started_by.user_id
@@ -107,7 +112,7 @@ class KeyRing:
         """The key id and cipher that seal ``session``'s new content (``SessionErased`` if
         its own key was destroyed); ``new``: the session is being started (ask the store)."""
         now = self._monotonic()
-        sid = session.id.int
+        sid = (session.id.int, session.incarnation)
         if not new:
             entry = self._sealing.get(sid)  # a dict read needs no lock (the hot path)
             if entry is not None and now - entry[0] < self.seal_ttl:
@@ -169,11 +174,10 @@ class KeyRing:
             gone = set(key_ids)
             for key_id in gone:
                 self._ciphers.pop(key_id, None)
-            for sid in session_ids:
-                self._sealing.pop(sid.int, None)
-            for sid, entry in list(self._sealing.items()):
-                if entry[1] in gone:
-                    del self._sealing[sid]
+            sessions = {sid.int for sid in session_ids}
+            for cached, entry in list(self._sealing.items()):
+                if cached[0] in sessions or entry[1] in gone:
+                    del self._sealing[cached]
 
     def _trim(self) -> None:
         while len(self._sealing) > _MAX_ENTRIES:
@@ -193,3 +197,11 @@ def pseudonym_with(material: bytes, user_id: str, value: str | None) -> str:
     """The pseudonym of ``user_id`` (or of ``value`` among its names) under ``material``."""
     label = b"user\0" + user_id.encode() if value is None else b"name\0" + value.encode()
     return "p" + hmac.new(material, label, hashlib.sha256).hexdigest()[: 2 * _PSEUDONYM_BYTES]
+
+
+def incarnation_id(session: Session) -> UUID:
+    """The id a session's key is owned by: the session's own id until it is first deleted,
+    then one derived from the version that began its current incarnation."""
+    if session.incarnation <= 1:
+        return session.id
+    return uuid5(session.id, f"incarnation:{session.incarnation}")

@@ -36,11 +36,14 @@ class Survey:
     erased: bool = False  # its last event is an Erased
 
 
-def survey(store: EventStoreApplication, sid: UUID) -> Survey:
-    """The keys a session's rows (events and snapshots) are sealed with, and its events
-    with content in the clear."""
-    rows = store.event_recorder.select_events(sid)
-    snapshots = store.snapshot_recorder.select_events(sid)
+def survey(store: EventStoreApplication, sid: UUID, since: int = 1) -> Survey:
+    """The keys a session's rows (events and snapshots) from version ``since`` on are sealed
+    with, and its events with content in the clear."""
+    rows = store.event_recorder.select_events(sid, gt=since - 1 if since > 1 else None)
+    snapshots = [
+        row for row in store.snapshot_recorder.select_events(sid)
+        if row.originator_version >= since
+    ]  # fmt: skip
     key_ids: set[str] = set()
     unencrypted = 0
     for is_event, rows_ in ((True, rows), (False, snapshots)):

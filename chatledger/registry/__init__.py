@@ -3,9 +3,14 @@
 A live session runs at most one turn at a time, queues a bounded number more,
 can be cancelled, and is let go when it has been idle too long (``ttl``) or
 when the cap (``max_sessions``) needs room -- but never while it is running a
-turn or a recovery. Letting a session go only frees memory: its history stays
-in the ledger (every LRU or TTL eviction is recorded as an ``Evicted`` event),
-and ``get_or_adopt`` brings it back by id.
+turn or a recovery. What happens to its history then follows AG2's ACP
+``SessionStore``: by default it is dropped -- the session is deleted in the
+ledger (``Deleted``; members no longer see it, and with encryption on its
+content is destroyed) when it is closed, evicted, expires or the registry shuts
+down. ``retain_history=True`` (``on_evict="keep"``) keeps it when the session is
+let go (an ``Evicted`` event; ``get_or_adopt`` brings it back by id); a close
+drops it regardless, unless ``on_close="keep"``. ``"erase"`` insists that the
+content be destroyed.
 
 Identity: a session id is a uuid4 hex string; it is the session *key* in the
 ledger (under the registry principal's tenant), and ``stream_id`` is
@@ -21,6 +26,7 @@ the database directly or changes the ledger's identity scheme.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -29,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from chatledger.async_ledger import AsyncSessionLedger
-from chatledger.domain.failures import InvalidInput, InvalidSettings
+from chatledger.domain.failures import InvalidInput, InvalidSettings, UnknownSession
 from chatledger.domain.values import ClientContext, EvictionReason, Principal
 from chatledger.ledger import SessionLedger
 from chatledger.registry.bounds import (
@@ -39,6 +45,7 @@ from chatledger.registry.bounds import (
     SessionBusyError,
     SessionLimitError,
     UnknownSessionError,
+    check_erasable,
     checked_collaborators,
     client_context,
     normalise_id,
@@ -74,13 +81,18 @@ class SessionRegistry:
         max_queued: int | None = None,
         clock: MonotonicClock = time.monotonic,
         *,
-        on_close: Retention = "keep",
-        on_evict: Retention = "keep",
+        retain_history: bool | None = None,
+        on_close: Retention = "delete",
+        on_evict: Retention | None = None,
     ) -> None:
+        retention: dict[str, Any] = {"on_close": on_close}
+        if retain_history is not None:
+            retention["retain_history"] = retain_history
+        if on_evict is not None:
+            retention["on_evict"] = on_evict
         config = registry_config(
-            max_sessions=max_sessions, ttl=ttl, max_queued=max_queued,
-            on_close=on_close, on_evict=on_evict,
-        )  # fmt: skip
+            max_sessions=max_sessions, ttl=ttl, max_queued=max_queued, **retention
+        )
         self._setup(config, ledger, principal, clock)
 
     @classmethod
@@ -107,6 +119,7 @@ class SessionRegistry:
     ) -> None:
         self.config = config
         self.ledger = checked_collaborators(ledger, principal, clock)
+        check_erasable(config, self.ledger.ledger)
         warn_if_history_dies_with_the_process(config, self.ledger.ledger.settings.url)
         self.principal = principal
         self._clock = clock
@@ -209,9 +222,10 @@ class SessionRegistry:
         await self._leave(live, None)
 
     async def close(self, session_id: str | uuid.UUID) -> None:
-        """Cancel the session's live work, wait for it to unwind, then record ``Closed`` (or
-        ``Deleted`` with ``on_close="delete"``) and unregister it (so no late write of the
-        session can land after the close)."""
+        """Cancel the session's live work, wait for it to unwind, then drop its history --
+        record ``Deleted`` (``on_close``: ``delete``, the default, or ``erase``), or
+        ``Closed`` with ``on_close="keep"`` -- and unregister it (so no late write of the
+        session can land after the close). A close drops even with ``retain_history``."""
         await self.sweep()
         sid = normalise_id(session_id)
         live = self._sessions.get(sid) if sid is not None else None
@@ -221,15 +235,18 @@ class SessionRegistry:
         await self._leave(live, "close")
 
     async def aclose(self) -> None:
-        """Let every session go: cancel live work, wait for it to unwind, unregister all.
-
-        Records nothing (a server shutting down is not an eviction; the history is
-        already in the ledger). The registry is empty and usable afterwards."""
+        """Let every session go: cancel live work, wait for it to unwind, unregister all --
+        and drop their history as an eviction does (``on_evict``: ``delete`` or ``erase``);
+        with ``retain_history`` (``on_evict="keep"``) record nothing, the history stays for
+        a later ``get_or_adopt``. The registry is empty and usable afterwards; a session
+        whose deletion failed is let go all the same, and the first failure is raised."""
+        failure: BaseException | None = None
         while self._sessions or self._leaving or self._adopting:
             pending = list(self._leaving.values()) + list(self._adopting.values())
-            busy = []
+            busy, gone = [], []
             for live in list(self._sessions.values()):
                 self._unregister(live)
+                gone.append(live)
                 if live.is_idle:
                     live.move_to(LiveState.GONE)
                 else:
@@ -238,8 +255,24 @@ class SessionRegistry:
             await asyncio.gather(*(live.cancel_and_drain() for live in busy))
             for live in busy:
                 live.move_to(LiveState.GONE)
+            if self.config.on_evict != "keep" and gone:
+                results = await asyncio.gather(
+                    *(self._drop(live, self.config.on_evict) for live in gone),
+                    return_exceptions=True,
+                )
+                failure = failure or next(
+                    (r for r in results if isinstance(r, BaseException)), None
+                )
             if pending:
                 await asyncio.wait(pending)
+        if failure is not None:
+            raise failure
+
+    async def _drop(self, live: LiveSession, how: Retention) -> None:
+        """Delete the session's history (``erase``: destroying its content for sure); one
+        deleted already (by another registry, say) is not an error."""
+        with contextlib.suppress(UnknownSession):
+            await self.ledger.delete_session(self.principal, live.session_id, erase=how == "erase")
 
     async def sweep(self) -> int:
         """Evict every idle session whose idle time reached the ttl; return how many.
@@ -344,8 +377,8 @@ class SessionRegistry:
             live.move_to(LiveState.LEAVING)
 
         def leave(live: LiveSession, idle: float) -> Awaitable[object]:
-            if self.config.on_evict == "delete":
-                return self.ledger.delete_session(self.principal, live.session_id)
+            if self.config.on_evict != "keep":
+                return self._drop(live, self.config.on_evict)
             return self.ledger.evict(
                 self.principal, live.session_id, reason=reason, idle_seconds=max(0.0, idle)
             )
@@ -368,7 +401,7 @@ class SessionRegistry:
 
         logger.info(
             "%s %d idle sessions (%s): %s",
-            "deleting" if self.config.on_evict == "delete" else "evicting", len(victims), reason,
+            "evicting" if self.config.on_evict == "keep" else "deleting", len(victims), reason,
             ", ".join(live.session_id for live, _ in victims),
         )  # fmt: skip
         task = self._spawn(record())
@@ -384,8 +417,8 @@ class SessionRegistry:
         async def unwind() -> None:
             try:
                 await live.cancel_and_drain()
-                if record == "close" and self.config.on_close == "delete":
-                    await self.ledger.delete_session(self.principal, live.session_id)
+                if record == "close" and self.config.on_close != "keep":
+                    await self._drop(live, self.config.on_close)
                 elif record == "close":
                     await self.ledger.close_session(self.principal, live.session_id)
             except BaseException:

@@ -35,19 +35,21 @@ from uuid import UUID
 from chatledger.adapters.keyring import (
     USER_SCOPE_PREFIX,
     USER_SEAL_SECONDS,
+    incarnation_id,
     pseudonym_owner,
     pseudonym_with,
 )
 from chatledger.adapters.sealing import open_body
 from chatledger.adapters.shredding import Survey, delete_snapshots, started_sessions, survey
 from chatledger.domain.access import SCOPE_PREFIX, Target
+from chatledger.domain.events import ArchiveMerged, Committed, Forked
 from chatledger.domain.failures import AccessDenied, ChatLedgerError, InvalidInput, UnknownSession
 from chatledger.domain.ports import ArchiveBody, KeyStore
 from chatledger.domain.session import ErasureScope, Session
 from chatledger.domain.values import Principal
 from chatledger.results import ErasureResult
 from chatledger.service.core import Core
-from chatledger.service.sessions import unknown
+from chatledger.service.sessions import AlreadyRecorded, unknown
 
 logger = logging.getLogger("chatledger.erasure")
 
@@ -322,6 +324,75 @@ def _recorder(
     return record
 
 
+def delete_session(
+    core: Core,
+    principal: Principal,
+    target: Target,
+    *,
+    erase: bool,
+    idempotency_key: str | None,
+    expected_version: int | None,
+) -> None:
+    """Record ``Deleted`` (``delete_session``): the key starts afresh, and members see only
+    what comes after. Where this ledger can (encryption on, ``key_scope = "session"``) the
+    deleted incarnation's keys are destroyed first and an ``Erased`` of scope
+    ``incarnation`` is recorded with the ``Deleted``, so its content is gone for everyone;
+    ``erase`` insists on that (``InvalidInput`` where it cannot be done)."""
+    ring, sessions = core.store.keyring, core.sessions
+    with sessions.lock(target.session_id):
+        head = sessions.load(target.session_id)
+    if head is None:
+        raise UnknownSession(unknown(target.key, target.tenant))
+    head.require_present()
+    shred = ring.seal and ring.scope == "session"
+    if erase and not shred:
+        raise InvalidInput(
+            "Erasing a session as it is deleted needs the setting encryption on and "
+            "key_scope 'session' (each incarnation then has a key of its own to destroy); "
+            "nothing was deleted. Delete it without erase, or erase the session whole."
+        )
+    start = max(1, head.incarnation)
+    key_ids: list[str] | None = None
+    now = core.now()
+    if shred:
+        found = survey(core.store, target.session_id, since=start)
+        if erase and found.unencrypted:
+            raise InvalidInput(
+                f"Session {target.key!r} holds {found.unencrypted} events with content stored "
+                "unencrypted since it last started, which destroying keys cannot erase; "
+                "nothing was deleted. Delete it without erase (members no longer see it)."
+            )
+        own = ring.store.records(session_id=incarnation_id(head))
+        key_ids = sorted(found.key_ids | {r.key_id for r in own if r.scope == "session"})
+        ring.store.destroy(key_ids, now)
+        ring.forget(key_ids, [target.session_id])
+
+    def apply(session: Session) -> None:
+        session.delete(actor=principal, timestamp=now, erased_key_ids=key_ids)
+
+    try:
+        sessions.write(
+            target.session_id, apply,
+            idempotency_key=idempotency_key, expected_version=expected_version,
+        )  # fmt: skip
+    except AlreadyRecorded:
+        return
+    finally:
+        sessions.forget(target.session_id)
+    if key_ids is not None:
+        # A write that slipped in before the Deleted may have sealed with a key made
+        # meanwhile: destroy it too (it is this incarnation's).
+        late = survey(core.store, target.session_id, since=start).key_ids - set(key_ids)
+        late_own = [k for k in late if _owned_by_session(ring.store, k)]
+        if late_own:
+            ring.store.destroy(late_own, now)
+            ring.forget(late_own)
+
+
+def _owned_by_session(keys: KeyStore, key_id: str) -> bool:
+    return any(r.scope == "session" for r in keys.records(key_ids=[key_id]))
+
+
 def archive_body(core: Core, target: Target, archive_id: str) -> ArchiveBody | None:
     """An archive body of the session from the archive store, opened with its key (erased
     content, or a body written unencrypted, reads as stored)."""
@@ -331,4 +402,18 @@ def archive_body(core: Core, target: Target, archive_id: str) -> ArchiveBody | N
     body = store.get(archive_id)
     if body is None or body.session_id != target.session_id.hex:
         return None
+    first = core.sessions.visible_from(target)
+    if first > 1 and not any(  # a member reads the current incarnation's archives only
+        archive_id in _archive_ids(event)
+        for event in core.sessions.events(target.session_id, gt=first - 1)
+    ):
+        return None
     return open_body(body, core.store.keyring.cipher)
+
+
+def _archive_ids(event: object) -> set[str]:
+    if isinstance(event, Committed | ArchiveMerged):
+        return {event.archive.archive_id}
+    if isinstance(event, Forked):
+        return {a.archive_id for a in event.archives}
+    return set()

@@ -212,7 +212,24 @@ class SessionStore:
                 f"Session {key!r} was deleted at version {at_version} (an earlier version "
                 "shows it as it was)."
             )
+        first = self.visible_from(target)
+        if at_version < first:
+            raise UnknownSession(
+                f"Version {at_version} of session {key!r} belongs to an incarnation deleted "
+                f"since (the current one began at version {first}); only an admin reads "
+                "deleted incarnations (audit)."
+            )
         return session
+
+    def visible_from(self, target: Target) -> int:
+        """The first version the requester may read: 1 for an admin (audit) or a session
+        never deleted; else the version that began its current incarnation (while it is
+        deleted, its ``Deleted``)."""
+        if target.audit:
+            return 1
+        with self.lock(target.session_id):
+            head = self.load(target.session_id)
+        return max(1, head.incarnation) if head is not None else 1
 
     def exists(self, sid: UUID) -> bool:
         return bool(list(self.store.events.get(sid, limit=1)))
