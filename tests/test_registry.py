@@ -60,7 +60,6 @@ class Holder:
         await self.task
 
 
-
 def keeping(*args: Any, **kwargs: Any) -> SessionRegistry:
     """A registry that keeps history on eviction and close (retain_history=True,
     on_close="keep"): these tests pin its mechanics by the Evicted and Closed events it
@@ -68,6 +67,7 @@ def keeping(*args: Any, **kwargs: Any) -> SessionRegistry:
     kwargs.setdefault("retain_history", True)
     kwargs.setdefault("on_close", "keep")
     return SessionRegistry(*args, **kwargs)
+
 
 def event_types(ledger: SessionLedger, session_id: str) -> list[str]:
     return [e.type for e in ledger.history(ALICE, session_id)]

@@ -178,8 +178,8 @@ def test_erase_destroys_the_content_and_keeps_the_audit_trail(
 
 
 def test_erase_needs_an_encrypted_ledger(make_ledger: Callable[..., SessionLedger]) -> None:
-    """"erase" on a ledger that cannot destroy a session's content (encryption off, or one
-    key per user) is InvalidSettings when the registry is built; "delete" is accepted."""
+    """A registry to "erase" on a ledger that cannot destroy a session's content (encryption
+    off, or one key per user) is InvalidSettings when built; "delete" is accepted."""
     for ledger in (make_ledger(), make_ledger(encryption=True, key_scope="user")):
         for setting in ("on_close", "on_evict"):
             with pytest.raises(InvalidSettings, match="encryption"):
