@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from chatledger import ERASED, AsyncSessionLedger, SessionLedger
+from chatledger import ERASED, AsyncSessionLedger, SessionLedger, UnknownSession
 from erasure_support import stored_text
-from support import ALICE, BOB
+from support import ADMIN, ALICE, BOB
 
 if os.environ.get("CHATLEDGER_REQUIRE_INTEGRATIONS", "") not in ("", "0"):
     pass  # CI installs ADK: a missing one is a failure there, not a skip
@@ -284,8 +284,8 @@ def test_list_sessions_by_app_and_user(service: ChatLedgerSessionService) -> Non
 def test_delete_keeps_the_history_and_frees_the_id(
     service: ChatLedgerSessionService, ledger: SessionLedger
 ) -> None:
-    """A deleted session is gone for ADK (appends too) but stays in the ledger's history; its
-    id can be created afresh."""
+    """A deleted session is gone for ADK (appends too) and for the service's reads of the
+    ledger, but stays in an admin's audit; its id can be created afresh."""
     session = create(service, session_id="s1", state={"k": 1})
     run(service.append_event(session, user_event("remember me", at=100.0)))
     run(service.delete_session(app_name="shop", user_id="ann", session_id="s1"))
@@ -294,8 +294,12 @@ def test_delete_keeps_the_history_and_frees_the_id(
     with pytest.raises(SessionNotFoundError):
         run(service.append_event(session, user_event("after", at=101.0)))
     key = run(service.ledger_key("shop", "ann", "s1"))
-    before = [e.version for e in ledger.history(ALICE, key) if e.type == "MessageAdded"][-1]
-    old = ledger.session(ALICE, key, at_version=before)
+    assert [e.type for e in ledger.history(ALICE, key)] == ["Deleted"]
+    audit = ledger.history(ADMIN, key, account_id="acme")
+    before = [e.version for e in audit if e.type == "MessageAdded"][-1]
+    with pytest.raises(UnknownSession):
+        ledger.session(ALICE, key, at_version=before)
+    old = ledger.session(ADMIN, key, at_version=before, account_id="acme")
     assert "remember me" in old.buffer[0].as_item()["content"]["parts"][0]["text"]
     fresh = create(service, session_id="s1")
     assert fresh.state == {} and fresh.events == []
