@@ -10,7 +10,9 @@ session without an ``Erased`` event.
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from chatledger import ERASED, SessionLedger
+import pytest
+
+from chatledger import ERASED, Principal, SessionLedger
 from chatledger.adapters.shredding import started_sessions, survey
 from erasure_support import fill
 from support import ALICE
@@ -128,3 +132,46 @@ def test_erase_user_leaves_no_session_of_the_user_stranded(
         assert text in contents and ERASED not in contents, f"{line}: acknowledged, unreadable"
     assert live > 0  # sessions started after the erasure, under the user's new key, stay
     print(f"erased while racing: {erased_late}; left live under new keys: {live}")
+
+
+KILLER = Path(__file__).with_name("erasure_kill_worker.py")
+SERVICE = Principal(account_id="acme", agent_id="framework-adapter")
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.3, 0.8])
+def test_an_erasure_killed_midway_is_completed_by_running_it_again(
+    database_url: str, make_ledger: Callable[..., SessionLedger], delay: float
+) -> None:
+    """erase_user of a framework user (pseudonym) SIGKILLed part-way: running it again erases
+    every session of the user -- the pseudonym's key goes last, so the rerun still finds
+    them -- and afterwards the user's pseudonym is a new one."""
+    ledger = make_ledger(encryption=True, busy_timeout=1)
+    ann = ledger.pseudonym(SERVICE, "ann@example.com")
+    as_ann = SERVICE.model_copy(update={"user_id": ann})
+    keys = [f"chat/{ann}/{i}" for i in range(60)]
+    for key in keys:
+        ledger.add_message(as_ann, key, "user", f"private {key}")
+    worker = subprocess.Popen(
+        [sys.executable, str(KILLER), database_url, "ann@example.com"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert worker.stdout is not None and worker.stdin is not None
+    assert worker.stdout.readline().strip() == "READY"
+    worker.stdin.write("go\n")
+    worker.stdin.flush()
+    time.sleep(delay)
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait(timeout=30)
+    checker = make_ledger(encryption=True, busy_timeout=1, cache_size=0)
+    erased_before = sum(checker.history(SERVICE, k)[-1].type == "Erased" for k in keys)
+    result = checker.erase_user(SERVICE, "ann@example.com")
+    # Killed after the pseudonym's key went (every session erased by then), the rerun can no
+    # longer link the user to them -- by design -- and has nothing left to do.
+    assert set(result.erased) | set(result.already_erased) in (set(keys), set())
+    for key in keys:
+        history = checker.history(SERVICE, key)
+        assert history[-1].type == "Erased"
+        assert history[1].event.message.content == ERASED  # type: ignore[attr-defined]
+    assert checker.pseudonym(SERVICE, "ann@example.com") != ann
+    assert checker.verify(SERVICE).ok
+    print(f"killed after {delay}s: {erased_before} of {len(keys)} erased before the rerun")

@@ -98,7 +98,8 @@ def erase_user(
     key (a misspelt user id erases nothing)."""
     keys = core.store.keyring.store
     marker = pseudonym_owner(tenant, user_id).user_id
-    pseudonym_keys = [r for r in keys.records(tenant=tenant, user_id=marker) if not r.destroyed_at]
+    pseudonym_records = keys.records(tenant=tenant, user_id=marker)
+    pseudonym_keys = [r for r in pseudonym_records if not r.destroyed_at]
     users = [user_id]
     for record in pseudonym_keys:
         material = keys.get(record.key_id)
@@ -109,7 +110,7 @@ def erase_user(
         for sid, key, _ in _users_sessions(core, tenant, users)
     ]
     user_keys = [r for user in users for r in keys.records(tenant=tenant, user_id=user)]
-    if not erasing and not user_keys and not pseudonym_keys:
+    if not erasing and not user_keys and not pseudonym_records:  # (a pseudonym erased: known)
         raise UnknownSession(
             f"No session was started by user {user_id!r} in account {tenant!r}, and the "
             "user holds no key there: nothing to erase (check the user id and the account). "
