@@ -13,8 +13,15 @@ still passes. The steps, in an order a crash cannot make unsafe:
    forgets its cached copies);
 3. record ``Erased`` in each session (an erased session records nothing
    again: erasing is idempotent, so a rerun after a crash completes it);
-4. delete the sessions' snapshots and sweep keys made meanwhile, then ask the
-   key store to purge the destroyed keys from its storage.
+4. delete the sessions' snapshots and sweep keys made meanwhile; for a user or
+   an account whose keys other processes may still seal with (a user's key, a
+   pseudonym's), keep sweeping for sessions started meanwhile under them until
+   no such write can still land (``_Run.sweep``); a pseudonym's key goes last;
+5. ask the key store to purge the destroyed keys from its storage.
+
+Deleting a session (``delete_session``) is erasure's small sibling: with each
+incarnation sealed under a key of its own, the deleted incarnation's keys are
+destroyed and an ``Erased`` of scope ``incarnation`` goes with the ``Deleted``.
 
 A session erased on its own must have a key of its own: with ``key_scope =
 "user"`` its content shares its user's key, and erasing it alone is refused
