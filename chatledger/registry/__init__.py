@@ -3,14 +3,10 @@
 A live session runs at most one turn at a time, queues a bounded number more,
 can be cancelled, and is let go when it has been idle too long (``ttl``) or
 when the cap (``max_sessions``) needs room -- but never while it is running a
-turn or a recovery. What happens to its history then follows AG2's ACP
-``SessionStore``: by default it is dropped -- the session is deleted in the
-ledger (``Deleted``; members no longer see it, and with encryption on its
-content is destroyed) when it is closed, evicted, expires or the registry shuts
-down. ``retain_history=True`` (``on_evict="keep"``) keeps it when the session is
-let go (an ``Evicted`` event; ``get_or_adopt`` brings it back by id); a close
-drops it regardless, unless ``on_close="keep"``. ``"erase"`` insists that the
-content be destroyed.
+turn or a recovery. Its history then goes as in AG2's ACP ``SessionStore``:
+dropped (``Deleted``) on close, eviction, expiry and shutdown; kept on all but
+a close with ``retain_history=True`` (``Evicted``; ``get_or_adopt`` brings it
+back). See ``RegistryConfig``.
 
 Identity: a session id is a uuid4 hex string; it is the session *key* in the
 ledger (under the registry principal's tenant), and ``stream_id`` is
@@ -26,7 +22,6 @@ the database directly or changes the ledger's identity scheme.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -35,7 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from chatledger.async_ledger import AsyncSessionLedger
-from chatledger.domain.failures import InvalidInput, InvalidSettings, UnknownSession
+from chatledger.domain.failures import InvalidInput, InvalidSettings
 from chatledger.domain.values import ClientContext, EvictionReason, Principal
 from chatledger.ledger import SessionLedger
 from chatledger.registry.bounds import (
@@ -85,14 +80,10 @@ class SessionRegistry:
         on_close: Retention = "delete",
         on_evict: Retention | None = None,
     ) -> None:
-        retention: dict[str, Any] = {"on_close": on_close}
-        if retain_history is not None:
-            retention["retain_history"] = retain_history
-        if on_evict is not None:
-            retention["on_evict"] = on_evict
         config = registry_config(
-            max_sessions=max_sessions, ttl=ttl, max_queued=max_queued, **retention
-        )
+            max_sessions=max_sessions, ttl=ttl, max_queued=max_queued,
+            retain_history=retain_history, on_close=on_close, on_evict=on_evict,
+        )  # fmt: skip
         self._setup(config, ledger, principal, clock)
 
     @classmethod
@@ -222,10 +213,9 @@ class SessionRegistry:
         await self._leave(live, None)
 
     async def close(self, session_id: str | uuid.UUID) -> None:
-        """Cancel the session's live work, wait for it to unwind, then drop its history --
-        record ``Deleted`` (``on_close``: ``delete``, the default, or ``erase``), or
-        ``Closed`` with ``on_close="keep"`` -- and unregister it (so no late write of the
-        session can land after the close). A close drops even with ``retain_history``."""
+        """Cancel the session's live work, wait for it to unwind, then record ``Deleted``
+        (``on_close``; ``keep``: ``Closed``) and unregister it, so no late write of the
+        session can land after the close. A close drops even with ``retain_history``."""
         await self.sweep()
         sid = normalise_id(session_id)
         live = self._sessions.get(sid) if sid is not None else None
@@ -235,11 +225,9 @@ class SessionRegistry:
         await self._leave(live, "close")
 
     async def aclose(self) -> None:
-        """Let every session go: cancel live work, wait for it to unwind, unregister all --
-        and drop their history as an eviction does (``on_evict``: ``delete`` or ``erase``);
-        with ``retain_history`` (``on_evict="keep"``) record nothing, the history stays for
-        a later ``get_or_adopt``. The registry is empty and usable afterwards; a session
-        whose deletion failed is let go all the same, and the first failure is raised."""
+        """Let every session go: cancel live work, wait for it to unwind, unregister all,
+        and drop their history as an eviction does (``on_evict``; ``keep``: record nothing).
+        The registry is empty and usable afterwards (a failed deletion is raised at the end)."""
         failure: BaseException | None = None
         while self._sessions or self._leaving or self._adopting:
             pending = list(self._leaving.values()) + list(self._adopting.values())
@@ -256,23 +244,13 @@ class SessionRegistry:
             for live in busy:
                 live.move_to(LiveState.GONE)
             if self.config.on_evict != "keep" and gone:
-                results = await asyncio.gather(
-                    *(self._drop(live, self.config.on_evict) for live in gone),
-                    return_exceptions=True,
-                )
-                failure = failure or next(
-                    (r for r in results if isinstance(r, BaseException)), None
-                )
+                dropped = (live.record_exit(self.config.on_evict) for live in gone)
+                results = await asyncio.gather(*dropped, return_exceptions=True)
+                failure = failure or next((r for r in results if isinstance(r, Exception)), None)
             if pending:
                 await asyncio.wait(pending)
         if failure is not None:
             raise failure
-
-    async def _drop(self, live: LiveSession, how: Retention) -> None:
-        """Delete the session's history (``erase``: destroying its content for sure); one
-        deleted already (by another registry, say) is not an error."""
-        with contextlib.suppress(UnknownSession):
-            await self.ledger.delete_session(self.principal, live.session_id, erase=how == "erase")
 
     async def sweep(self) -> int:
         """Evict every idle session whose idle time reached the ttl; return how many.
@@ -377,11 +355,7 @@ class SessionRegistry:
             live.move_to(LiveState.LEAVING)
 
         def leave(live: LiveSession, idle: float) -> Awaitable[object]:
-            if self.config.on_evict != "keep":
-                return self._drop(live, self.config.on_evict)
-            return self.ledger.evict(
-                self.principal, live.session_id, reason=reason, idle_seconds=max(0.0, idle)
-            )
+            return live.record_exit(self.config.on_evict, reason, idle)
 
         async def record() -> None:
             results = await asyncio.gather(
@@ -417,10 +391,8 @@ class SessionRegistry:
         async def unwind() -> None:
             try:
                 await live.cancel_and_drain()
-                if record == "close" and self.config.on_close != "keep":
-                    await self._drop(live, self.config.on_close)
-                elif record == "close":
-                    await self.ledger.close_session(self.principal, live.session_id)
+                if record == "close":
+                    await live.record_exit(self.config.on_close)
             except BaseException:
                 del self._leaving[live.session_id]
                 self._restore(live)

@@ -109,10 +109,14 @@ class RegistryConfig(BaseModel):
         return data
 
 
+_OPTIONAL = frozenset({"retain_history", "on_evict"})  # None: derived from the other
+
+
 def registry_config(**settings: Any) -> RegistryConfig:
     """A ``RegistryConfig`` from keyword settings; ``InvalidSettings`` naming what is wrong."""
+    given = {k: v for k, v in settings.items() if k not in _OPTIONAL or v is not None}
     try:
-        return RegistryConfig(**settings)
+        return RegistryConfig(**given)
     except ValidationError as error:
         problems = "; ".join(
             f"{e['loc'][0]}: {e['msg']}" if e["loc"] else e["msg"] for e in error.errors()
