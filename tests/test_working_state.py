@@ -88,10 +88,11 @@ def test_a_commit_may_derive_the_objective(make_ledger: Callable[..., SessionLed
 
 
 def test_the_working_state_survives_eviction_and_adoption(ledger: SessionLedger) -> None:
-    """A registry that adopts an evicted session finds its task state, in its own tenant."""
+    """A registry that retains history and adopts an evicted session finds its task state, in
+    its own tenant."""
 
     async def scenario() -> None:
-        async with SessionRegistry(ledger, ALICE, max_sessions=1) as registry:
+        async with SessionRegistry(ledger, ALICE, max_sessions=1, retain_history=True) as registry:
             live = await registry.create()
             await live.add_message("user", "hello")
             ledger.set_task(ALICE, live.session_id, TASK)
