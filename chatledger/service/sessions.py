@@ -29,6 +29,7 @@ from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
 from chatledger.adapters.recorders import KeyedRow
+from chatledger.adapters.shredding import incarnation_start
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.access import Target
 from chatledger.domain.eventsourced import SessionEvent
@@ -227,9 +228,7 @@ class SessionStore:
         deleted, its ``Deleted``)."""
         if target.audit:
             return 1
-        with self.lock(target.session_id):
-            head = self.load(target.session_id)
-        return max(1, head.incarnation) if head is not None else 1
+        return incarnation_start(self.store, target.session_id)  # fresh: other processes too
 
     def exists(self, sid: UUID) -> bool:
         return bool(list(self.store.events.get(sid, limit=1)))
