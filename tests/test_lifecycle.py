@@ -150,3 +150,17 @@ def test_a_deleted_sessions_key_starts_afresh(ledger: SessionLedger) -> None:
     assert [a.live for a in ledger.archives(ALICE, "d1", include_merged=True)] == [True]
     audit = ledger.archives(ADMIN, "d1", include_merged=True, account_id="acme")
     assert [a.live for a in audit] == [False, True]  # the deleted incarnation's, for audit
+
+
+def test_a_deletion_by_another_ledger_hides_the_old_incarnation_at_once(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """A ledger holding the session in its cache sees another ledger's (process's) deletion
+    on its next read: its member reads start at the Deleted."""
+    reader, deleter = make_ledger(), make_ledger()
+    reader.add_message(ALICE, "d1", "user", "cached here")
+    assert [e.type for e in reader.history(ALICE, "d1")] == ["Started", "MessageAdded"]
+    deleter.delete_session(ALICE, "d1")
+    assert [e.type for e in reader.history(ALICE, "d1")] == ["Deleted"]
+    with pytest.raises(UnknownSession):
+        reader.session(ALICE, "d1", at_version=2)

@@ -33,7 +33,12 @@ from chatledger.adapters.shredding import incarnation_start
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.access import Target
 from chatledger.domain.eventsourced import SessionEvent
-from chatledger.domain.failures import ConcurrencyConflict, InvalidInput, UnknownSession
+from chatledger.domain.failures import (
+    ConcurrencyConflict,
+    InvalidInput,
+    StoreUnavailable,
+    UnknownSession,
+)
 from chatledger.domain.limits import check_aware, check_int
 from chatledger.domain.session import Session
 from chatledger.domain.timestamps import to_micros
@@ -228,7 +233,12 @@ class SessionStore:
         deleted, its ``Deleted``)."""
         if target.audit:
             return 1
-        return incarnation_start(self.store, target.session_id)  # fresh: other processes too
+        with self.lock(target.session_id):
+            try:
+                head = self.load(target.session_id)  # cached and fast-forwarded: fresh
+            except StoreUnavailable:  # a stream that cannot be loaded whole: ask its rows
+                return incarnation_start(self.store, target.session_id)
+        return max(1, head.incarnation) if head is not None else 1
 
     def exists(self, sid: UUID) -> bool:
         return bool(list(self.store.events.get(sid, limit=1)))
