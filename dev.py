@@ -5,8 +5,9 @@
                            # (then `. .venv/bin/activate` to run what it suggests)
     python3 dev.py test    # build the wheel, install it into .venv-test, run the whole suite
     python3 dev.py bench   # benchmarks (installs the `bench` extra into .venv-bench)
-    python3 dev.py agents-sdk-tests  # opt-in: the OpenAI Agents SDK's own session tests,
-                           # on its SQLiteSession and on chatledger (.venv-agents-sdk)
+    python3 dev.py framework-suites  # agent frameworks' own store tests, unedited, on their
+                           # own stores and on chatledger's classes (.venv-frameworks; CI runs it)
+    python3 dev.py agents-sdk-tests  # the OpenAI Agents SDK's suite only
 
 `test` checks what users get: the wheel is built and installed (not editable)
 into a clean venv, and pytest, `mypy --strict -p chatledger` and the import
@@ -105,23 +106,36 @@ def bench(args: list[str]) -> None:
         run(bin_dir / "python", script, *args, cwd=ROOT)
 
 
-# What the OpenAI Agents SDK's test files import besides the SDK (its dev dependencies).
-AGENTS_SDK_TEST_DEPENDENCIES = (
-    "pytest", "pytest-asyncio", "pytest-mock", "inline-snapshot", "cryptography", "aiosqlite",
+# What the frameworks' test files import besides the frameworks (their dev dependencies).
+FRAMEWORK_SUITE_DEPENDENCIES = (
+    "pytest", "pytest-asyncio", "pytest-mock", "pytest-timeout", "inline-snapshot",
+    "cryptography", "aiosqlite",
 )  # fmt: skip
 
 
-def agents_sdk_tests(args: list[str]) -> None:
-    bin_dir = ensure_venv(ROOT / ".venv-agents-sdk", fresh=True)
+def framework_suites(args: list[str]) -> None:
+    """The frameworks' own store tests on their stores and on chatledger (SQLite, and
+    PostgreSQL when CHATLEDGER_TEST_POSTGRES_URL is set); arguments go to the runner."""
+    bin_dir = ensure_venv(ROOT / ".venv-frameworks", fresh=True)
     python = bin_dir / "python"
-    with tempfile.TemporaryDirectory(prefix="chatledger-agents-sdk-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="chatledger-frameworks-") as scratch:
         wheel = build_wheel(bin_dir, Path(scratch))
-        run(python, "-m", "pip", "install", "--quiet", f"{wheel}[openai-agents]",
-            *AGENTS_SDK_TEST_DEPENDENCIES)  # fmt: skip
-    run(python, ROOT / "tests" / "integrations" / "run_agents_sdk_tests.py", *args)
+        run(python, "-m", "pip", "install", "--quiet", f"{wheel}[openai-agents,ag2,postgres]",
+            *FRAMEWORK_SUITE_DEPENDENCIES)  # fmt: skip
+    run(python, ROOT / "tests" / "integrations" / "run_framework_suites.py", *args)
 
 
-COMMANDS = {"demo": demo, "test": test, "bench": bench, "agents-sdk-tests": agents_sdk_tests}
+def agents_sdk_tests(args: list[str]) -> None:
+    framework_suites(["--suite", "agents-sdk", *args])
+
+
+COMMANDS = {
+    "demo": demo,
+    "test": test,
+    "bench": bench,
+    "framework-suites": framework_suites,
+    "agents-sdk-tests": agents_sdk_tests,
+}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:

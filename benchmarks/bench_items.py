@@ -18,11 +18,18 @@ Rounds interleave the contenders (order rotated each round); the table gives
 median items/s, the IQR, and ledger/raw as ratio of medians and median of
 the paired per-round ratios. Target: ``ledger add_items`` >= 0.5x raw.
 
+Then each integration against its framework's own store, in the same run
+(``framework_stores.py``: OpenAI Agents SDK, Google ADK, AG2, LangGraph):
+appends/s and loads/s, median over the rounds, and chatledger / the
+framework's store. Target: >= 1.0x (not slower than the store it replaces);
+a framework that is not installed is skipped and said so.
+
 Run::
 
     python benchmarks/bench_items.py                       # NORMAL and FULL, 2000 x 5
     python benchmarks/bench_items.py --synchronous normal --n 1000 --rounds 3 --check
     python benchmarks/bench_items.py --profile 3000        # cProfile of add_items (NORMAL)
+    python benchmarks/bench_items.py --only-frameworks --framework-n 300 --rounds 3
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import os
 import pstats
 import shutil
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -45,6 +53,7 @@ from typing import Any
 
 from bench_append import LEVELS, AgentsRunner, Level, Samples, load_agents, paired_ratio
 from common import console, provenance
+from framework_stores import PAIRS
 from rich.table import Table
 
 from chatledger import Principal, SessionLedger
@@ -219,6 +228,58 @@ def profile(n: int, level: Level, top: int) -> None:
     stats.sort_stats(pstats.SortKey.TIME).print_stats(top)
 
 
+def measure_frameworks(n: int, loads: int, rounds: int) -> bool:
+    """Each integration and its framework's store, ``rounds`` times, alternating which goes
+    first, on fresh files; prints the table. True if no integration is slower at either."""
+    table = Table(title=f"integrations vs the framework's own store, n={n} appends, {loads} loads")
+    for column in (
+        "framework",
+        "contender",
+        "appends/s",
+        "loads/s",
+        "vs own store (append | load)",
+    ):
+        table.add_column(
+            column, justify="left" if column in ("framework", "contender") else "right"
+        )
+    ok = True
+    for framework, (ours_name, theirs_name, pair) in PAIRS.items():
+        try:
+            ours, theirs = pair()
+        except ImportError as missing:
+            console.print(f"  {framework}: skipped ({missing.name or missing} is not installed)")
+            continue
+        samples: dict[str, tuple[list[float], list[float]]] = {
+            ours_name: ([], []),
+            theirs_name: ([], []),
+        }
+        runners = {ours_name: ours, theirs_name: theirs}
+        for r in range(rounds):
+            for name in [ours_name, theirs_name] if r % 2 == 0 else [theirs_name, ours_name]:
+                directory = Path(tempfile.mkdtemp(prefix="bench-frameworks-"))
+                try:
+                    gc.collect()
+                    appended, loaded = runners[name](directory, n, loads)
+                finally:
+                    shutil.rmtree(directory, ignore_errors=True)
+                samples[name][0].append(n / appended)
+                samples[name][1].append(loads / loaded)
+        medians = {k: (statistics.median(a), statistics.median(b)) for k, (a, b) in samples.items()}
+        append_ratio = medians[ours_name][0] / medians[theirs_name][0]
+        load_ratio = medians[ours_name][1] / medians[theirs_name][1]
+        for name in (ours_name, theirs_name):
+            appends, reads = medians[name]
+            spread = f"{min(samples[name][0]):,.0f}-{max(samples[name][0]):,.0f}"
+            ratio = f"{append_ratio:.2f}x | {load_ratio:.2f}x" if name == ours_name else ""
+            table.add_row(
+                framework if name == ours_name else "", name,
+                f"{appends:,.0f} ({spread})", f"{reads:,.1f}", ratio,
+            )  # fmt: skip
+        ok &= append_ratio >= 1.0 and load_ratio >= 1.0
+    console.print(table)
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--n", type=int, default=2000, help="items per round (default 2000)")
@@ -226,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synchronous", choices=["full", "normal", "both"], default=None)
     parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
     parser.add_argument("--profile", type=int, metavar="N", help="cProfile N add_items calls")
+    parser.add_argument("--framework-n", type=int, default=500, help="appends per framework round")
+    parser.add_argument("--loads", type=int, default=20, help="loads per framework round")
+    parser.add_argument("--only-frameworks", action="store_true", help="only the framework table")
     args = parser.parse_args(argv)
     if args.n < 1 or args.rounds < 1:
         parser.error("--n and --rounds must be >= 1")
@@ -242,10 +306,20 @@ def main(argv: list[str] | None = None) -> int:
         highlight=False,
     )
     ok = True
-    for level in LEVELS[args.synchronous or "both"]:
-        console.print(f"[bold]synchronous={level.upper()}[/bold]")
-        ok &= report(level, args.n, measure(level, args.n, args.rounds, agents))
-    return 0 if ok or not args.check else 1
+    if not args.only_frameworks:
+        for level in LEVELS[args.synchronous or "both"]:
+            console.print(f"[bold]synchronous={level.upper()}[/bold]")
+            ok &= report(level, args.n, measure(level, args.n, args.rounds, agents))
+    console.print(
+        "[bold]integrations, synchronous=FULL (the frameworks' SQLite stores' level)[/bold]"
+    )
+    frameworks_ok = measure_frameworks(args.framework_n, args.loads, args.rounds)
+    console.print(
+        f"  target: every integration >= 1.0x its framework's store -> "
+        f"{'MET' if frameworks_ok else 'NOT MET'}",
+        highlight=False,
+    )
+    return 0 if (ok and frameworks_ok) or not args.check else 1
 
 
 if __name__ == "__main__":

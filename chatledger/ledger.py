@@ -389,14 +389,23 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations, E
         """The session's recorded events after ``after_version``, oldest first (at most
         ``limit`` of them: page through a long session by passing the last version seen).
         A member sees those since the session was last deleted (while it is deleted: its
-        ``Deleted``); an admin sees every incarnation."""
+        ``Deleted``), and an ``after_version`` before that is ``UnknownSession``; an admin
+        sees every incarnation."""
         check_int(after_version, "after_version")
         if limit is not None:
             check_int(limit, "limit (or None for no limit)", minimum=1)
         found = self._target(principal, key, account_id)
         sessions = self.core.sessions
-        # A member sees the current incarnation only (a deleted one stays for admins).
-        after_version = max(after_version, sessions.visible_from(found) - 1)
+        # A member sees the current incarnation only (a deleted one stays for admins): from
+        # its start, or from a version in it -- not from one of a deleted incarnation.
+        first = sessions.visible_from(found)
+        if 0 < after_version < first - 1:
+            raise UnknownSession(
+                f"Version {after_version + 1} of session {found.key!r} belongs to an "
+                f"incarnation deleted since (the current one began at version {first}); only "
+                "an admin reads deleted incarnations (audit)."
+            )
+        after_version = max(after_version, first - 1)
         events = sessions.events(found.session_id, gt=after_version or None, limit=limit)
         if not events and (after_version == 0 or not sessions.exists(found.session_id)):
             raise UnknownSession(unknown(found.key, found.tenant))

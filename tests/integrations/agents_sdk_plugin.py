@@ -12,7 +12,11 @@ the baseline run.
 
 ``db_path`` becomes a SQLite URL (``:memory:``, one new database per
 session, becomes a fresh temporary file); sessions on the same file share
-one ``SessionLedger``, closed with the last of them.
+one ``SessionLedger``, closed with the last of them. With
+``CHATLEDGER_AGENTS_SDK_URL`` set (a PostgreSQL URL), every session is kept
+in that one database instead: each ``db_path`` is an account of its own
+there (``:memory:`` a new one each time), so what the tests keep apart stays
+apart.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ from chatledger import Principal, SessionLedger
 from chatledger.integrations.openai_agents import ChatLedgerSession
 
 STORE = os.environ.get("CHATLEDGER_AGENTS_SDK_STORE", "sqlite")
+SERVER_URL = os.environ.get("CHATLEDGER_AGENTS_SDK_URL", "")
 PRINCIPAL = Principal(account_id="agents-sdk-tests", user_id="pytest", agent_id="runner")
 
 _ledgers: dict[str, tuple[SessionLedger, int]] = {}
@@ -69,9 +75,13 @@ class LedgerBackedSQLiteSession(ChatLedgerSession):
         else:
             path = Path(db_path).expanduser().resolve()
         self.db_path = db_path
-        self.url = f"sqlite:///{path}"
+        self.url = SERVER_URL or f"sqlite:///{path}"
         self.closed = False
-        super().__init__(session_id, _open(self.url), PRINCIPAL, session_settings=session_settings)
+        principal = PRINCIPAL
+        if SERVER_URL:  # one database for all: the file names an account in it
+            account = uuid.uuid5(uuid.NAMESPACE_URL, str(path)).hex[:24]
+            principal = Principal(account_id=f"sdk-{account}", user_id="pytest", agent_id="runner")
+        super().__init__(session_id, _open(self.url), principal, session_settings=session_settings)
 
     def close(self) -> None:
         """Release the ledger (closed when no other session on the same file uses it)."""
@@ -91,5 +101,15 @@ def pytest_configure(config: Any) -> None:
     agents.memory.SQLiteSession = LedgerBackedSQLiteSession  # type: ignore[misc]
 
 
+def pytest_unconfigure(config: Any) -> None:
+    """Close the ledgers tests left open (before the interpreter tears its modules down)."""
+    with _ledgers_lock:
+        left = [ledger for ledger, _ in _ledgers.values()]
+        _ledgers.clear()
+    for ledger in left:
+        ledger.close()
+
+
 def pytest_report_header(config: Any) -> str:
-    return f"session store under test: {STORE} (chatledger plugin)"
+    where = f" on {SERVER_URL.split('@')[-1]}" if SERVER_URL and STORE == "chatledger" else ""
+    return f"session store under test: {STORE}{where} (chatledger plugin)"
