@@ -210,28 +210,3 @@ def evict(
     )  # fmt: skip
     sessions.forget(target.session_id)
     return evicted
-
-
-def delete(
-    sessions: SessionStore,
-    principal: Principal,
-    target: Target,
-    now: datetime,
-    idempotency_key: str | None,
-    expected_version: int | None,
-) -> None:
-    """Record ``Deleted``: the key starts afresh; the history stays."""
-
-    def apply(session: Session) -> None:
-        session.delete(actor=principal, timestamp=now)
-
-    try:
-        sessions.write(
-            target.session_id,
-            apply,
-            idempotency_key=idempotency_key,
-            expected_version=expected_version,
-        )
-    except AlreadyRecorded:
-        return
-    sessions.forget(target.session_id)
