@@ -2,8 +2,9 @@
 
 It sits between the event store and the ``KeyStore`` port: which key seals a
 session's new events (the session's own key, or its user's: ``key_scope``),
-and which cipher opens a stored key id -- both remembered for ``ttl`` seconds,
-so appends and loads do not ask the key store each time. Another process that
+and which cipher opens a stored key id -- both remembered for ``ttl`` seconds (a
+user's key seals from the cache for at most ``USER_SEAL_SECONDS``), so appends
+and loads do not ask the key store each time. Another process that
 destroys a key is noticed when the entry expires; this process's own erasures
 drop the entries at once (``forget``). A new session always asks the store, so
 a user key destroyed elsewhere is never used for a session started here later.
@@ -11,6 +12,8 @@ a user key destroyed elsewhere is never used for a session started here later.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import threading
 import time
@@ -19,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
+from uuid import UUID, uuid5
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -29,6 +33,16 @@ from chatledger.domain.ports import ArchiveBody, KeyOwner, KeyScope, KeyStore
 from chatledger.domain.session import Session
 
 _MAX_ENTRIES = 10_000
+USER_SCOPE_PREFIX = SCOPE_PREFIX + "user:"
+"""Shared state scopes named ``user:...`` (ledger key ``~state:user:...``) are their
+user's: sealed with the key of the user who started them and erased with that user (an
+agent framework's per-user state); every other scope is the account's."""
+PSEUDONYM_OWNER = "~pseudonym:"
+_PSEUDONYM_BYTES = 16
+USER_SEAL_SECONDS = 1.0
+"""Longest a user's key seals from the cache: a user key is shared by every session the user
+starts, so an erasure elsewhere must know how long another process may still seal with it
+(``erase_user`` waits that long, plus a write's lock wait, for such writes to land)."""
 _KEY_ID = re.compile(r"[A-Za-z0-9._:/-]{1,128}")
 _KEY_BYTES = 32
 
@@ -51,28 +65,57 @@ class KeyRing:
         self.scope = scope
         self.seal = seal  # whether new content is encrypted (setting ``encryption``)
         self.ttl = ttl
+        # How long a cached key seals new content: a user's key for at most
+        # USER_SEAL_SECONDS (see there), a session's for the whole ttl.
+        self.seal_ttl = ttl if scope == "session" else min(ttl, USER_SEAL_SECONDS)
         self._monotonic = monotonic
-        self._sealing: OrderedDict[int, tuple[float, str, AESGCM]] = OrderedDict()
+        # By (session id, incarnation): a restarted session seals with a key of its own.
+        self._sealing: OrderedDict[tuple[int, int], tuple[float, str, AESGCM]] = OrderedDict()
         self._ciphers: OrderedDict[str, tuple[float, AESGCM | None]] = OrderedDict()
         self._lock = threading.Lock()
         self._overlay: dict[str, AESGCM | None] = {}
+        self._pseudonym_keys: OrderedDict[tuple[str, str], tuple[float, bytes]] = OrderedDict()
 
     def owner_of(self, session: Session) -> KeyOwner:
-        """Whose key seals ``session``: its own, or that of the user who started it (a shared
-        state scope belongs to the account: its key is the account's, user ``""``)."""
+        """Whose key seals ``session``: its own -- one per incarnation, so that deleting it
+        can destroy the content of the deleted one (``incarnation_id``) -- or that of the
+        user who started it (a shared state scope belongs to the account: its key is the
+        account's, user ``""``; a ``user:`` scope is its user's)."""
         if self.scope == "session":
-            return KeyOwner(scope="session", tenant=session.tenant, session_id=session.id)
-        user = "" if session.key.startswith(SCOPE_PREFIX) else session.started_by.user_id
+            return KeyOwner(
+                scope="session", tenant=session.tenant, session_id=incarnation_id(session)
+            )
+        key = session.key
+        shared = key.startswith(SCOPE_PREFIX) and not key.startswith(USER_SCOPE_PREFIX)
+        user = "" if shared else session.started_by.user_id
         return KeyOwner(scope="user", tenant=session.tenant, user_id=user)
+
+    def pseudonym(self, tenant: str, user_id: str, value: str | None, at: datetime) -> str:
+        """A keyed pseudonym of a user of ``tenant`` (``value`` None), or of ``value`` among
+        that user's names: ``p`` and 32 hex digits of an HMAC-SHA256 under a key of the user
+        kept in the key store (made on first use). Destroying that key (``erase_user``)
+        leaves nothing that links a pseudonym back; the user's next one differs."""
+        owner = pseudonym_owner(tenant, user_id)
+        now = self._monotonic()
+        cached = self._pseudonym_keys.get((tenant, user_id))
+        if cached is not None and now - cached[0] < self.seal_ttl:
+            material = cached[1]
+        else:
+            material = self.store.key_for(owner, at).material
+            with self._lock:
+                self._pseudonym_keys[(tenant, user_id)] = (now, material)
+                while len(self._pseudonym_keys) > _MAX_ENTRIES:
+                    self._pseudonym_keys.popitem(last=False)
+        return pseudonym_with(material, user_id, value)
 
     def sealing_key(self, session: Session, at: datetime, *, new: bool) -> tuple[str, AESGCM]:
         """The key id and cipher that seal ``session``'s new content (``SessionErased`` if
         its own key was destroyed); ``new``: the session is being started (ask the store)."""
         now = self._monotonic()
-        sid = session.id.int
+        sid = (session.id.int, session.incarnation)
         if not new:
             entry = self._sealing.get(sid)  # a dict read needs no lock (the hot path)
-            if entry is not None and now - entry[0] < self.ttl:
+            if entry is not None and now - entry[0] < self.seal_ttl:
                 return entry[1], entry[2]
         key = self.store.key_for(self.owner_of(session), at)
         if not _KEY_ID.fullmatch(key.key_id) or len(key.material) != _KEY_BYTES:
@@ -127,17 +170,38 @@ class KeyRing:
     def forget(self, key_ids: Iterable[str] = (), session_ids: Iterable[Any] = ()) -> None:
         """Drop cached keys (after this ledger destroyed them)."""
         with self._lock:
+            self._pseudonym_keys.clear()  # rare, and cheap to fetch again
             gone = set(key_ids)
             for key_id in gone:
                 self._ciphers.pop(key_id, None)
-            for sid in session_ids:
-                self._sealing.pop(sid.int, None)
-            for sid, entry in list(self._sealing.items()):
-                if entry[1] in gone:
-                    del self._sealing[sid]
+            sessions = {sid.int for sid in session_ids}
+            for cached, entry in list(self._sealing.items()):
+                if cached[0] in sessions or entry[1] in gone:
+                    del self._sealing[cached]
 
     def _trim(self) -> None:
         while len(self._sealing) > _MAX_ENTRIES:
             self._sealing.popitem(last=False)
         while len(self._ciphers) > _MAX_ENTRIES:
             self._ciphers.popitem(last=False)
+
+
+def pseudonym_owner(tenant: str, user_id: str) -> KeyOwner:
+    """The owner of a user's pseudonym key: the user named by a hash of their id, so that
+    the key table does not hold the id itself."""
+    digest = hashlib.sha256(user_id.encode()).hexdigest()
+    return KeyOwner(scope="user", tenant=tenant, user_id=PSEUDONYM_OWNER + digest)
+
+
+def pseudonym_with(material: bytes, user_id: str, value: str | None) -> str:
+    """The pseudonym of ``user_id`` (or of ``value`` among its names) under ``material``."""
+    label = b"user\0" + user_id.encode() if value is None else b"name\0" + value.encode()
+    return "p" + hmac.new(material, label, hashlib.sha256).hexdigest()[: 2 * _PSEUDONYM_BYTES]
+
+
+def incarnation_id(session: Session) -> UUID:
+    """The id a session's key is owned by: the session's own id until it is first deleted,
+    then one derived from the version that began its current incarnation."""
+    if session.incarnation <= 1:
+        return session.id
+    return uuid5(session.id, f"incarnation:{session.incarnation}")

@@ -4,7 +4,8 @@
 decoding them: the ids of the keys their sealed content names, and how many
 events hold content in the clear (written before encryption, or with it
 off). ``started_sessions`` finds the sessions a user -- or anyone -- started
-in an account (the creation events' stored facts). ``delete_snapshots``
+in an account (the creation events' stored facts); ``incarnation_start`` where a
+deleted session last started. ``delete_snapshots``
 removes a session's snapshots, on SQLite with ``secure_delete`` so the freed
 space is zeroed. Nothing here changes an event row: the hash chain covers them.
 """
@@ -15,15 +16,15 @@ import json
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from eventsourcing.utils import resolve_topic
-from sqlalchemy import delete, select
+from eventsourcing.utils import get_topic, resolve_topic
+from sqlalchemy import delete, func, select
 
 from chatledger.adapters.codec import EVENTS_BY_NAME, is_compact
 from chatledger.adapters.schema import events_table, snapshots_table
 from chatledger.adapters.sealing import PARTS, Parts, holds_plain_content, key_id_of
 from chatledger.adapters.sql_projector import store_errors
 from chatledger.adapters.store import EventStoreApplication
-from chatledger.domain.events import MessageAdded
+from chatledger.domain.events import Deleted, MessageAdded, Restarted
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,14 @@ class Survey:
     erased: bool = False  # its last event is an Erased
 
 
-def survey(store: EventStoreApplication, sid: UUID) -> Survey:
-    """The keys a session's rows (events and snapshots) are sealed with, and its events
-    with content in the clear."""
-    rows = store.event_recorder.select_events(sid)
-    snapshots = store.snapshot_recorder.select_events(sid)
+def survey(store: EventStoreApplication, sid: UUID, since: int = 1) -> Survey:
+    """The keys a session's rows (events and snapshots) from version ``since`` on are sealed
+    with, and its events with content in the clear."""
+    rows = store.event_recorder.select_events(sid, gt=since - 1 if since > 1 else None)
+    snapshots = [
+        row for row in store.snapshot_recorder.select_events(sid)
+        if row.originator_version >= since
+    ]  # fmt: skip
     key_ids: set[str] = set()
     unencrypted = 0
     for is_event, rows_ in ((True, rows), (False, snapshots)):
@@ -94,6 +98,26 @@ def started_sessions(
     with store_errors("find the sessions to erase"), engine.connect() as connection:
         rows = connection.execute(query.order_by(t.c.session_key)).all()
     return [(sid if isinstance(sid, UUID) else UUID(str(sid)), str(key)) for sid, key in rows]
+
+
+# The topics of the events that begin an incarnation, in both stored spellings (compact, and
+# the library's module:class topic of older rows).
+_BOUNDARIES = tuple(
+    topic for cls in (Deleted, Restarted) for topic in (cls.__name__, get_topic(cls))
+)
+
+
+def incarnation_start(store: EventStoreApplication, sid: UUID) -> int:
+    """The version that began a session's current incarnation: its last ``Deleted`` or
+    ``Restarted`` (the stored facts, read fresh), or 1 if it was never deleted."""
+    t = events_table
+    query = select(func.max(t.c.originator_version)).where(
+        t.c.originator_id == sid, t.c.topic.in_(_BOUNDARIES)
+    )
+    engine = store.event_recorder.engine
+    with store_errors("read where the session last started"), engine.connect() as connection:
+        found = connection.execute(query).scalar()
+    return max(1, int(found or 0))
 
 
 def delete_snapshots(store: EventStoreApplication, sid: UUID) -> int:

@@ -77,6 +77,7 @@ class AsyncSessionLedger:
     erase = _off_loop(SessionLedger.erase)
     erase_user = _off_loop(SessionLedger.erase_user)
     erase_tenant = _off_loop(SessionLedger.erase_tenant)
+    pseudonym = _off_loop(SessionLedger.pseudonym)
     # reads and time travel
     session = _off_loop(SessionLedger.session)
     context = _off_loop(SessionLedger.context)

@@ -34,7 +34,7 @@ from chatledger.results import (
     MergeResult,
     SessionView,
 )
-from chatledger.service import views, writes
+from chatledger.service import erasing, views, writes
 from chatledger.service.binding import delegate
 from chatledger.service.bootstrap import build
 from chatledger.service.core import Core
@@ -325,14 +325,23 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations, E
         account_id: str | None = None,
         idempotency_key: str | None = None,
         expected_version: int | None = None,
+        erase: bool = False,
     ) -> None:
         """Delete the session: it leaves the working set and its key starts afresh (the next
-        message starts a new session under it); its history stays, as of every earlier
-        version, unless erased."""
+        message starts a new session under it). Members no longer see what came before --
+        history, time travel, context, archives, archive bodies read only the current
+        incarnation; admins still do, for audit. With encryption on (and ``key_scope``
+        ``session``) the deleted incarnation's content is erased with it: its keys are
+        destroyed and an ``Erased`` (scope ``incarnation``) is recorded with the
+        ``Deleted``. ``erase=True`` insists on that: ``InvalidInput``, and nothing recorded,
+        where it cannot be done (docs/erasure.md)."""
         found, write_key = self._target(principal, key, account_id), checked_key(idempotency_key)
-        writes.delete(
-            self.core.sessions, principal, found, self.core.now(), write_key, expected_version
-        )
+        if not isinstance(erase, bool):
+            raise InvalidInput("erase must be True or False.")
+        erasing.delete_session(
+            self.core, principal, found, erase=erase,
+            idempotency_key=write_key, expected_version=expected_version,
+        )  # fmt: skip
 
     # ---------------------------------------------------------------- reads
     @public
@@ -378,12 +387,25 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations, E
         account_id: str | None = None,
     ) -> list[LedgerEvent]:
         """The session's recorded events after ``after_version``, oldest first (at most
-        ``limit`` of them: page through a long session by passing the last version seen)."""
+        ``limit`` of them: page through a long session by passing the last version seen).
+        A member sees those since the session was last deleted (while it is deleted: its
+        ``Deleted``), and an ``after_version`` before that is ``UnknownSession``; an admin
+        sees every incarnation."""
         check_int(after_version, "after_version")
         if limit is not None:
             check_int(limit, "limit (or None for no limit)", minimum=1)
         found = self._target(principal, key, account_id)
         sessions = self.core.sessions
+        # A member sees the current incarnation only (a deleted one stays for admins): from
+        # its start, or from a version in it -- not from one of a deleted incarnation.
+        first = sessions.visible_from(found)
+        if 0 < after_version < first - 1:
+            raise UnknownSession(
+                f"Version {after_version + 1} of session {found.key!r} belongs to an "
+                f"incarnation deleted since (the current one began at version {first}); only "
+                "an admin reads deleted incarnations (audit)."
+            )
+        after_version = max(after_version, first - 1)
         events = sessions.events(found.session_id, gt=after_version or None, limit=limit)
         if not events and (after_version == 0 or not sessions.exists(found.session_id)):
             raise UnknownSession(unknown(found.key, found.tenant))

@@ -23,11 +23,14 @@ SCOPE_PREFIX = "~state:"
 
 
 class Target(NamedTuple):
-    """One session as a request names it: its tenant, key and stream id."""
+    """One session as a request names it: its tenant, key and stream id; ``audit``: the
+    requester is an admin, who reads every incarnation of it (a member reads the events
+    since its last deletion only)."""
 
     tenant: str
     key: str
     session_id: UUID
+    audit: bool = False
 
 
 def check_principal(principal: object) -> Principal:
@@ -57,7 +60,7 @@ def target(principal: Principal, key: str, account_id: str | None = None) -> Tar
             f"Session keys starting with {SCOPE_PREFIX!r} are reserved for shared state "
             "scopes; pick another key (shared_state= writes a scope)."
         )
-    return Target(tenant, key, sid)
+    return Target(tenant, key, sid, principal.is_admin)
 
 
 def scope_target(principal: Principal, scope: str, account_id: str | None = None) -> Target:
@@ -70,7 +73,7 @@ def scope_target(principal: Principal, scope: str, account_id: str | None = None
     key = SCOPE_PREFIX + scope
     sid = session_id(tenant, key)  # validates the account id and the scope's characters
     _allow(principal, tenant)
-    return Target(tenant, key, sid)
+    return Target(tenant, key, sid, principal.is_admin)
 
 
 def query_scope(principal: Principal, account_id: str | None = None) -> str | None:

@@ -43,6 +43,9 @@ class SessionFields(Protocol):
     evicted: bool
     closed: bool
     deleted: bool
+    # The version that began the current incarnation: a Restarted (or, while deleted, the
+    # Deleted); 0 if never deleted. Members read only the events from here on.
+    incarnation: int
     erased: bool  # its content was erased (Erased): it takes no more writes
     task: TaskState
     watermark: int  # live items (oldest first) a background extractor has read

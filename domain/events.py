@@ -276,6 +276,7 @@ class Deleted(SessionEvent):
         session.pending_compaction = None
         session.deleted = True
         session.evicted = session.closed = False
+        session.incarnation = self.originator_version
         session.updated_at = self.timestamp
 
 
@@ -288,6 +289,7 @@ class Restarted(SessionEvent):
         session: SessionFields = aggregate
         session.deleted = False
         session.context = self.context
+        session.incarnation = self.originator_version
         session.updated_at = self.timestamp
 
 
@@ -370,15 +372,17 @@ class Erased(SessionEvent):
     as ``ERASED``; ids, roles, actors, times, counters and the hash chain stay.
     ``scope`` says what was erased at once (this session, every session its user
     started, the whole account); ``key_ids`` names the destroyed keys. An erased
-    session takes no more writes.
+    session takes no more writes -- except after scope ``incarnation``: the content of
+    the session since its last (re)start, erased as it is deleted (a ``Deleted``
+    follows in the same write, and the key starts afresh as after any deletion).
     """
 
-    scope: Literal["session", "user", "tenant"]
+    scope: Literal["session", "user", "tenant", "incarnation"]
     key_ids: tuple[str, ...] = ()
 
     def apply(self, aggregate: Any) -> None:
         session: SessionFields = aggregate
-        session.erased = True
+        session.erased = self.scope != "incarnation"
         session.context = erased_context(session.context)
         session.set_buffer([erased_message(m) for m in session.buffer.values()])
         session.archives = [erased_archive(a) for a in session.archives]

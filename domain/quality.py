@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 _BACKTICKED = re.compile(r"`([^`\n]{1,80})`")
 # A maximal run of word characters, dots and slashes, with an optional "()"
@@ -111,23 +112,48 @@ def entity_retention_ratio(sources: Iterable[str], overview: str) -> float:
     return round(kept / len(entities), 4)
 
 
-_WORD = re.compile(r"[^\W\d_]{3,}")
+_WORD = re.compile(r"[^\W\d_]{2,}")
+# Function words (a subset of the Snowball project's English stop list):
+# they carry no fact of their own, so a summary that drops them loses nothing.
 _COMMON = frozenset(w.lower() for w in _STOPWORDS) | {
-    *("the", "and", "for", "with", "this", "that", "have", "has", "was", "were", "are", "you"),
-    *("your", "our", "not", "but", "can", "will", "would", "could", "should", "there"),
-    *("their", "they", "them", "then", "than", "from", "into", "about", "what", "when"),
-    *("which", "who", "how", "why", "all", "any", "some", "just", "also", "very", "please"),
+    *("the", "and", "for", "with", "this", "that", "have", "has", "had", "was", "were", "are"),
+    *("you", "your", "yours", "our", "ours", "not", "but", "can", "will", "would", "could"),
+    *("should", "shall", "may", "might", "must", "there", "their", "they", "them", "then"),
+    *("than", "from", "into", "onto", "about", "what", "when", "which", "who", "whom", "how"),
+    *("why", "all", "any", "some", "just", "also", "very", "please", "is", "am", "be", "been"),
+    *("being", "do", "does", "did", "doing", "of", "in", "on", "at", "to", "by", "as", "or"),
+    *("if", "so", "it", "its", "itself", "we", "us", "he", "him", "his", "she", "her", "hers"),
+    *("me", "my", "mine", "an", "no", "nor", "too", "only", "own", "same", "such", "each"),
+    *("both", "few", "more", "most", "other", "these", "those", "here", "where", "while"),
+    *("after", "before", "above", "below", "up", "down", "out", "off", "over", "under"),
+    *("again", "further", "once", "because", "until", "against", "between", "through"),
+    *("during", "ourselves", "yourself", "yourselves", "himself", "herself", "themselves"),
 }
 
 
 def information_words(text: str) -> set[str]:
-    """The informative words of ``text``: lowercased words of 3+ letters, common ones left out."""
-    return {w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in _COMMON}
+    """The informative words of ``text``, each as its stem: lowercased words of 2+ letters,
+    function words left out, word forms folded by the Snowball English stemmer (Porter2),
+    so "uses", "used" and "use" are one word."""
+    words = {m.group(0).lower() for m in _WORD.finditer(text)} - _COMMON
+    if not words:
+        return set()
+    stemmer = _stemmer()  # one per call: a stemmer object keeps state while it works
+    return {stemmer.stemWord(w) for w in words}
+
+
+def _stemmer() -> Any:
+    # Imported on first use: loading the stemmers costs some 20 ms, which a CLI that
+    # never commits should not pay at startup.
+    from snowballstemmer.english_stemmer import EnglishStemmer
+
+    return EnglishStemmer()
 
 
 def information_retention_ratio(sources: Iterable[str], overview: str) -> float:
-    """Share of the sources' informative words that the overview keeps (rounded to 4 places);
-    1.0 when the sources have none. Wider than entity retention: any content word counts."""
+    """Share of the sources' informative words (as stems) that the overview keeps (rounded
+    to 4 places); 1.0 when the sources have none. Wider than entity retention: any content
+    word counts, whatever its form (docs/concepts.md defines it)."""
     words: set[str] = set()
     for text in sources:
         words |= information_words(text)

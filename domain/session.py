@@ -74,7 +74,7 @@ EVICTED: Final = "evicted"
 CLOSED: Final = "closed"
 DELETED: Final = "deleted"
 ERASED_STATUS: Final = "erased"
-ErasureScope = Literal["session", "user", "tenant"]
+ErasureScope = Literal["session", "user", "tenant", "incarnation"]
 
 
 class SessionCounters(NamedTuple):
@@ -123,6 +123,7 @@ class SessionState(BaseModel):
     closed: bool = False
     state: dict[str, Any] = Field(default_factory=dict)
     deleted: bool = False
+    incarnation: int = 0
     task: TaskState = TaskState()
     watermark: int = 0
     extraction_summary: str = ""
@@ -158,6 +159,7 @@ class Session(BaseAggregate[UUID]):
         self.closed = False  # evicted because its client closed it
         self.state: dict[str, Any] = {}  # the key-value state (StateChanged)
         self.deleted = False  # Deleted: the key starts afresh (Restarted)
+        self.incarnation = 0  # the version that began the current incarnation (0: never deleted)
         self.erased = False  # Erased: its content is gone; no more writes
         self.task = TaskState()  # the agent's working state (TaskStateChanged)
         self.watermark = 0  # live items a background extractor has read (ExtractionAdvanced)
@@ -244,9 +246,22 @@ class Session(BaseAggregate[UUID]):
         session._pending_counters.append(session.counters())
         return session
 
-    def delete(self, *, actor: Principal, timestamp: datetime) -> None:
-        """Delete the session: its key starts afresh; its history stays."""
+    def delete(
+        self,
+        *,
+        actor: Principal,
+        timestamp: datetime,
+        erased_key_ids: Sequence[str] | None = None,
+    ) -> None:
+        """Delete the session: its key starts afresh; its history stays. With
+        ``erased_key_ids`` (the keys of this incarnation, destroyed by the caller) an
+        ``Erased`` of scope ``incarnation`` is recorded first, in the same write."""
         self.require_present()
+        if erased_key_ids is not None:
+            self.trigger_event(
+                Erased, scope="incarnation", key_ids=tuple(erased_key_ids), actor=actor,
+                timestamp=timestamp,
+            )  # fmt: skip
         self.trigger_event(Deleted, actor=actor, timestamp=timestamp)
 
     def restart_if_deleted(
@@ -529,23 +544,29 @@ class Session(BaseAggregate[UUID]):
             timestamp=timestamp,
         )
 
-    def consume_compaction(self, token: str, *, actor: Principal, timestamp: datetime) -> bool:
-        """Consume the pending token: ``True``; if it expired, clear it and return ``False``."""
+    def consume_compaction(
+        self, token: str, *, actor: Principal, timestamp: datetime
+    ) -> Literal["completed", "expired", "unknown"]:
+        """Consume the pending token (``"completed"``). A pending token that expired is
+        cleared whichever token is presented: ``"expired"`` if it was this one,
+        ``"unknown"`` if another (nothing is recorded for an unknown token when none is
+        pending, or the pending one is live)."""
         pending = self.pending_compaction
-        if pending is None or pending.token != token:
-            raise InvalidInput(
-                f"No compaction with that token is pending for session {self.key!r} (consumed "
-                "already, expired, or never prepared); prepare a new one."
-            )
+        if pending is None:
+            return "unknown"
         expired = timestamp >= pending.expires_at
+        if pending.token != token and not expired:
+            return "unknown"
         self.trigger_event(
             CompactionCleared,
-            token=token,
+            token=pending.token,
             reason="expired" if expired else "completed",
             actor=actor,
             timestamp=timestamp,
         )
-        return not expired
+        if pending.token != token:
+            return "unknown"
+        return "expired" if expired else "completed"
 
     def import_usage(
         self,
@@ -855,6 +876,7 @@ class Session(BaseAggregate[UUID]):
             closed=self.closed,
             state=dict(self.state),
             deleted=self.deleted,
+            incarnation=self.incarnation,
             task=self.task,
             watermark=self.watermark,
             extraction_summary=self.extraction_summary,
@@ -899,6 +921,7 @@ class Session(BaseAggregate[UUID]):
         session.closed = state.closed
         session.state = dict(state.state)
         session.deleted = state.deleted
+        session.incarnation = state.incarnation
         session.task = state.task
         session.watermark = state.watermark
         session.extraction_summary = state.extraction_summary

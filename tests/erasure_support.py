@@ -36,3 +36,17 @@ def holds_secret(value: object) -> bool:
     if hasattr(value, "model_dump_json"):
         return SECRET in value.model_dump_json()
     return SECRET in json.dumps(value, default=str)
+
+
+def stored_text(ledger: SessionLedger) -> str:
+    """Every row of every table of the ledger's database, as one text (to look for an
+    identifier that must not be stored in the clear)."""
+    from sqlalchemy import MetaData, select
+
+    engine = ledger.core.store.event_recorder.engine
+    tables = MetaData()
+    tables.reflect(engine)
+    with engine.connect() as connection:
+        return "\n".join(
+            repr(row) for table in tables.sorted_tables for row in connection.execute(select(table))
+        )

@@ -23,6 +23,7 @@ from chatledger import (
     MessageAdded,
     SessionErased,
     SessionLedger,
+    StoreUnavailable,
     UnknownSession,
 )
 from erasure_support import SECRET, fill, holds_secret
@@ -180,7 +181,7 @@ def test_with_user_keys_a_user_is_erased_at_once_and_a_session_alone_is_refused(
 ) -> None:
     """key_scope 'user': erase of one session is refused (its key is the user's); erase_user
     destroys the one key of the user; the user's next session gets a new key."""
-    ledger = make_ledger(key_scope="user")
+    ledger = make_ledger(key_scope="user", busy_timeout=1)  # the sweep lasts 1 s + this
     fill(ledger, "a1")
     fill(ledger, "a2")
     ledger.update_state(ALICE, "a1", {}, shared_state={"app:shop": {"code": SECRET}})
@@ -299,3 +300,83 @@ def test_content_stored_unencrypted_is_erased_only_when_the_caller_accepts_it(
         for h in ledger.history(ALICE, "s1")
     )
     assert ledger.verify(ALICE).ok
+
+
+def test_a_deleted_incarnation_leaves_no_readable_content(
+    make_ledger: Callable[..., SessionLedger], tmp_path: Any
+) -> None:
+    """Deleting (encryption on) destroys the incarnation's key: a member's history, time
+    travel, context and archives show only the new incarnation; the admin's audit and a
+    member's export (imported elsewhere) keep the old events with their content erased;
+    the new incarnation has a key of its own and reads back."""
+    ledger = make_ledger()
+    fill(ledger, "s1")
+    old_version = ledger.session(ALICE, "s1").version
+    ledger.delete_session(ALICE, "s1")
+    ledger.add_message(ALICE, "s1", "user", "after the deletion")
+    assert [e.type for e in ledger.history(ALICE, "s1")] == ["Restarted", "MessageAdded"]
+    for read in (ledger.session, ledger.context, ledger.state):
+        with pytest.raises(UnknownSession):
+            read(ALICE, "s1", at_version=old_version)
+    ledger.read_models.catch_up()
+    assert ledger.archives(ALICE, "s1", include_merged=True) == []
+    assert len(ledger.archives(ADMIN, "s1", account_id="acme", include_merged=True)) == 1
+    audit = ledger.history(ADMIN, "s1", account_id="acme")
+    assert not holds_secret([e.model_dump(mode="json") for e in audit])
+    assert not holds_secret(ledger.session(ADMIN, "s1", at_version=old_version, account_id="acme"))
+    lines = list(ledger.export(ALICE))
+    copy = SessionLedger(f"sqlite:///{tmp_path / 'copy.db'}", encryption=True)
+    try:
+        copy.import_(lines)
+        assert not holds_secret(copy.history(ADMIN, "s1", account_id="acme"))
+        assert copy.session(ALICE, "s1").buffer[0].content == "after the deletion"
+        assert copy.verify(ALICE).ok
+    finally:
+        copy.close()
+    assert ledger.verify(ALICE).ok
+
+
+def test_a_delete_that_must_erase_is_refused_where_it_cannot(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """delete_session(erase=True) with encryption off, with one key per user, or over content
+    stored unencrypted is InvalidInput and records nothing."""
+    for ledger in (make_ledger(encryption=False), make_ledger(key_scope="user")):
+        ledger.add_message(ALICE, "d1", "user", "hello")
+        version = ledger.session(ALICE, "d1").version
+        with pytest.raises(InvalidInput, match="encryption"):
+            ledger.delete_session(ALICE, "d1", erase=True)
+        assert ledger.session(ALICE, "d1").version == version
+        ledger.delete_session(ALICE, "d1")  # a plain delete: hidden from members
+        assert [e.type for e in ledger.history(ALICE, "d1")] == ["Deleted"]
+
+
+def test_a_delete_killed_between_key_and_event_is_completed_by_deleting_again(
+    make_ledger: Callable[..., SessionLedger], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the Deleted cannot be recorded after the incarnation's key was destroyed (a crash,
+    here a failing write), the session reads erased content and takes no more writes until
+    delete_session runs again -- which records Erased and Deleted, and the key starts
+    afresh."""
+    ledger = make_ledger()
+    fill(ledger, "s1")
+    sessions = ledger.core.sessions
+    real_write = sessions.write
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("the process died here")
+
+    monkeypatch.setattr(sessions, "write", failing)
+    with pytest.raises(StoreUnavailable):
+        ledger.delete_session(ALICE, "s1")
+    monkeypatch.setattr(sessions, "write", real_write)
+    assert not holds_secret(ledger.session(ALICE, "s1"))
+    with pytest.raises(SessionErased):
+        ledger.add_message(ALICE, "s1", "user", "written under a destroyed key")
+    ledger.delete_session(ALICE, "s1")
+    assert [e.type for e in ledger.history(ADMIN, "s1", account_id="acme")][-2:] == [
+        "Erased",
+        "Deleted",
+    ]
+    ledger.add_message(ALICE, "s1", "user", "a new start")
+    assert ledger.session(ALICE, "s1").buffer[0].content == "a new start"

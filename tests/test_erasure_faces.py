@@ -12,7 +12,13 @@ import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
-from chatledger import AsyncSessionLedger, Principal, SessionErased, SessionLedger
+from chatledger import (
+    AsyncSessionLedger,
+    Principal,
+    SessionErased,
+    SessionLedger,
+    UnknownSession,
+)
 from chatledger.cli import app
 from chatledger.web import create_app
 from erasure_support import SECRET, fill, holds_secret
@@ -70,6 +76,23 @@ def test_the_cli_erases_a_user_or_an_account_and_names_one_target(
     code, output = _cli(database_url, "erase", "--tenant", "acme", "--admin", "--yes")
     assert code == 0 and "erased before (nothing recorded): a1" in output
     assert not holds_secret(make_ledger(cache_size=0).session(ALICE, "a2"))
+
+
+def test_erasing_a_user_who_started_nothing_is_not_found(
+    database_url: str, make_ledger: Callable[..., SessionLedger]
+) -> None:
+    """A misspelt user id erases nothing and says so: UnknownSession from the API, exit 3
+    from the CLI, and the ledger is untouched; the real user still erases."""
+    ledger = make_ledger()
+    fill(ledger, "a1")
+    version = ledger.session(ALICE, "a1").version
+    with pytest.raises(UnknownSession, match="alcie"):
+        ledger.erase_user(ALICE, "alcie")
+    code, output = _cli(database_url, "erase", "--user-id", "alcie", "--yes")
+    assert code == 3 and "alcie" in output and "Erased" not in output
+    assert make_ledger(cache_size=0).session(ALICE, "a1").version == version
+    code, output = _cli(database_url, "erase", "--user-id", "alice", "--yes")
+    assert code == 0 and "Erased 1 session" in output
 
 
 def test_a_write_to_an_erased_session_is_exit_code_6(

@@ -15,12 +15,14 @@ import copy
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from chatledger import AsyncSessionLedger, SessionLedger
-from support import ALICE, BOB
+from chatledger import ERASED, AsyncSessionLedger, SessionLedger, UnknownSession
+from erasure_support import stored_text
+from support import ADMIN, ALICE, BOB
 
 if os.environ.get("CHATLEDGER_REQUIRE_INTEGRATIONS", "") not in ("", "0"):
     pass  # CI installs ADK: a missing one is a failure there, not a skip
@@ -37,7 +39,7 @@ from google.adk.sessions import BaseSessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from chatledger.integrations.adk import ChatLedgerSessionService, session_key
+from chatledger.integrations.adk import ChatLedgerSessionService
 
 
 def run(coroutine: Any) -> Any:
@@ -217,7 +219,7 @@ def test_an_eviction_makes_a_loaded_session_stale_and_a_reload_appends(
     stale; get_session returns every event and the reloaded object appends."""
     loaded = create(service, session_id="s1")
     run(service.append_event(loaded, user_event("one", at=100.0)))
-    ledger.evict(ALICE, session_key("shop", "ann", "s1"))
+    ledger.evict(ALICE, run(service.ledger_key("shop", "ann", "s1")))
     with pytest.raises(StaleSessionError):
         run(service.append_event(loaded, user_event("two", at=101.0)))
     reloaded = get(service, "s1")
@@ -234,7 +236,7 @@ def test_the_ledger_reads_adk_events_text_from_their_parts(
     run(service.append_event(session, user_event("Where is order 7?", at=100.0)))
     for event in tool_events(at=101.0):
         run(service.append_event(session, event))
-    buffer = ledger.session(ALICE, session_key("shop", "ann", "s1")).buffer
+    buffer = ledger.session(ALICE, run(service.ledger_key("shop", "ann", "s1"))).buffer
     assert [(m.role, m.content) for m in buffer] == [
         ("user", "Where is order 7?"),
         ("assistant", 'lookup({"order":7})'),
@@ -317,8 +319,8 @@ def test_list_sessions_by_app_and_user(service: ChatLedgerSessionService) -> Non
 def test_delete_keeps_the_history_and_frees_the_id(
     service: ChatLedgerSessionService, ledger: SessionLedger
 ) -> None:
-    """A deleted session is gone for ADK (appends too) but stays in the ledger's history; its
-    id can be created afresh."""
+    """A deleted session is gone for ADK (appends too) and for the service's reads of the
+    ledger, but stays in an admin's audit; its id can be created afresh."""
     session = create(service, session_id="s1", state={"k": 1})
     run(service.append_event(session, user_event("remember me", at=100.0)))
     run(service.delete_session(app_name="shop", user_id="ann", session_id="s1"))
@@ -326,9 +328,13 @@ def test_delete_keeps_the_history_and_frees_the_id(
     assert get(service, "s1") is None
     with pytest.raises(SessionNotFoundError):
         run(service.append_event(session, user_event("after", at=101.0)))
-    key = session_key("shop", "ann", "s1")
-    before = [e.version for e in ledger.history(ALICE, key) if e.type == "MessageAdded"][-1]
-    old = ledger.session(ALICE, key, at_version=before)
+    key = run(service.ledger_key("shop", "ann", "s1"))
+    assert [e.type for e in ledger.history(ALICE, key)] == ["Deleted"]
+    audit = ledger.history(ADMIN, key, account_id="acme")
+    before = [e.version for e in audit if e.type == "MessageAdded"][-1]
+    with pytest.raises(UnknownSession):
+        ledger.session(ALICE, key, at_version=before)
+    old = ledger.session(ADMIN, key, at_version=before, account_id="acme")
     assert "remember me" in old.buffer[0].as_item()["content"]["parts"][0]["text"]
     fresh = create(service, session_id="s1")
     assert fresh.state == {} and fresh.events == []
@@ -342,3 +348,65 @@ def test_sessions_are_kept_per_tenant(ledger: SessionLedger) -> None:
     create(acme, session_id="s1", state={"app:x": 1})
     assert run(globex.get_session(app_name="shop", user_id="ann", session_id="s1")) is None
     assert create(globex, session_id="s1").state == {}
+
+
+# ------------------------------------------------------------- erasure
+ANN = "ann.lee@example.com"  # an identifier that must not stay readable
+
+
+def test_erasing_one_adk_user_erases_their_sessions_state_and_identifiers(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """erase_user(principal, "<ADK user id>") erases that user's sessions and user: state,
+    and no key, scope name, actor or other stored field names the user in the clear; other
+    ADK users, app: state and the service's own user are untouched; afterwards ADK sees the
+    sessions as gone and the user can start afresh."""
+    ledger = make_ledger(encryption=True, busy_timeout=1)
+    service = ChatLedgerSessionService(ledger, ALICE)
+    ann = create(service, user_id=ANN, session_id=f"{ANN}-s1", state={"user:tier": "gold"})
+    run(service.append_event(ann, user_event("my card is 4111", at=100.0, **{"app:v": 2})))
+    cid = create(service, user_id="cid", session_id="c1", state={"user:tier": "tin"})
+    run(service.append_event(cid, user_event("hello", at=100.0)))
+    ledger.add_message(ALICE, "alice-own", "user", "the service's own session")
+    assert ANN not in stored_text(ledger)
+    assert ledger.erase_user(ALICE, "alice").erased == ("alice-own",)  # not the ADK users
+    result = ledger.erase_user(ALICE, ANN)
+    assert len(result.erased) == 2 and all(ANN not in key for key in result.erased)
+    assert ANN not in stored_text(ledger)
+    (scope,) = [key for key in result.erased if key.startswith("~state:user:shop:")]
+    assert ledger.shared_state(ALICE, scope.removeprefix("~state:")).state == {"tier": ERASED}
+    (key,) = [key for key in result.erased if key.startswith("adk/shop/")]
+    history = ledger.history(ALICE, key)
+    assert history[-1].type == "Erased"
+    assert all(e.actor.user_id.startswith("p") for e in history[:-1])  # the pseudonym
+    assert "4111" not in ledger.session(ALICE, key).model_dump_json()
+    gone = service.get_session(app_name="shop", user_id=ANN, session_id=f"{ANN}-s1")
+    assert run(gone) is None  # gone for ADK: not a crash
+    assert [s.id for s in run(service.list_sessions(app_name="shop")).sessions] == ["c1"]
+    with pytest.raises(SessionNotFoundError):
+        run(service.append_event(ann, user_event("again", at=101.0)))
+    assert run(service.get_user_state(app_name="shop", user_id=ANN)) == {}
+    kept = run(service.get_session(app_name="shop", user_id="cid", session_id="c1"))
+    assert kept is not None and kept.state == {"user:tier": "tin", "app:v": 2}
+    again = create(service, user_id=ANN, session_id=f"{ANN}-s1")
+    assert again.events == [] and again.state == {"app:v": 2}
+    assert ledger.verify(ALICE).ok
+
+
+def test_an_erased_session_reads_as_not_found_everywhere_in_adk(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """A session erased on its own (erase of its ledger key) is None for get_session, left
+    out of list_sessions, and SessionNotFoundError for append_event -- never pydantic's
+    ValidationError."""
+    ledger = make_ledger(encryption=True)
+    service = ChatLedgerSessionService(ledger, ALICE)
+    loaded = create(service, session_id="s1")
+    run(service.append_event(loaded, user_event("secret", at=100.0)))
+    ledger.erase(ALICE, run(service.ledger_key("shop", "ann", "s1")))
+    assert get(service, "s1") is None
+    assert run(service.list_sessions(app_name="shop", user_id="ann")).sessions == []
+    with pytest.raises(SessionNotFoundError):
+        run(service.append_event(loaded, user_event("more", at=101.0)))
+    with pytest.raises(SessionNotFoundError):  # an object this service did not hand out
+        run(service.append_event(copy.deepcopy(loaded), user_event("more", at=101.0)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from chatledger import (
     UnknownSession,
     WriteOutcomeUnknown,
 )
+from erasure_support import stored_text
 from support import ALICE, BOB
 
 if os.environ.get("CHATLEDGER_REQUIRE_INTEGRATIONS", "") not in ("", "0"):
@@ -269,3 +271,40 @@ def test_a_runner_turn_is_recorded_in_the_ledger(
     texts = [m.content for m in ledger.items(ALICE, "agent-1")]
     assert texts == ["I am Ann.", "Hello Ann.", "Who am I?", "Ann."]
     assert "I am Ann." in str(model.calls[1].input)
+
+
+# ------------------------------------------------------------- erasure
+def test_with_user_id_an_end_user_is_erased_by_their_own_id(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """ChatLedgerSession(..., user_id=) keeps the items under the user's pseudonym:
+    erase_user(principal, user_id) erases them, nothing stored names the user or the
+    session id in the clear, another end user is untouched, and the user starts afresh."""
+    ledger = make_ledger(encryption=True, busy_timeout=1)
+    email = "ann.lee@example.com"
+    ann = ChatLedgerSession(f"chat-{email}", ledger, ALICE, user_id=email)
+    cid = ChatLedgerSession("chat-cid", ledger, ALICE, user_id="cid")
+    run(ann.add_items(ITEMS[:2]))
+    run(cid.add_items(ITEMS[:2]))
+    ann_key = run(ann.ledger_key())
+    assert "ann.lee" not in ann_key and "ann.lee" not in stored_text(ledger)
+    assert ledger.history(ALICE, ann_key)[0].actor.user_id.startswith("p")
+    result = ledger.erase_user(ALICE, email)
+    assert result.erased == (ann_key,)
+    assert ledger.history(ALICE, ann_key)[-1].type == "Erased"
+    assert "Order 9" not in ledger.session(ALICE, ann_key).model_dump_json()
+    assert "ann.lee" not in stored_text(ledger)
+    assert run(ann.get_items()) == []  # a new pseudonym: a fresh, empty session
+    assert run(ann.ledger_key()) != ann_key
+    assert run(cid.get_items()) == ITEMS[:2]
+    run(ann.add_items(ITEMS[2:3]))
+    assert run(ann.get_items()) == ITEMS[2:3]
+
+
+def test_without_user_id_the_principal_s_user_owns_the_session(ledger: SessionLedger) -> None:
+    """With no user_id the ledger key is the session id and the session is the principal's
+    user's: erase_user of that user erases it."""
+    session = ChatLedgerSession("agent-9", ledger, ALICE)
+    run(session.add_items(ITEMS[:1]))
+    assert run(session.ledger_key()) == "agent-9"
+    assert ledger.erase_user(ALICE, "alice", allow_unencrypted=True).erased == ("agent-9",)

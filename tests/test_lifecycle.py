@@ -90,8 +90,9 @@ def test_close_session_records_closed_and_a_message_reopens_it(ledger: SessionLe
 
 
 def test_a_deleted_session_is_gone_but_its_history_stays(ledger: SessionLedger) -> None:
-    """delete_session: reads raise UnknownSession, writes that cannot start one too, the
-    history and every earlier version stay readable, and the chain verifies."""
+    """delete_session: reads raise UnknownSession, writes that cannot start one too; the
+    earlier versions are an admin's to read (a member's history is the Deleted alone), and
+    the chain verifies."""
     ledger.add_message(ALICE, "d1", "user", "Order 7?")
     ledger.commit(ALICE, "d1")
     ledger.update_state(ALICE, "d1", {"k": 1})
@@ -101,7 +102,9 @@ def test_a_deleted_session_is_gone_but_its_history_stays(ledger: SessionLedger) 
         ledger.session(ALICE, "d1")
     with pytest.raises(UnknownSession):
         ledger.session(ALICE, "d1", at_version=before + 1)
-    assert ledger.session(ALICE, "d1", at_version=before).commit_count == 1
+    with pytest.raises(UnknownSession, match="only an admin"):
+        ledger.session(ALICE, "d1", at_version=before)
+    assert ledger.session(ADMIN, "d1", at_version=before, account_id="acme").commit_count == 1
     for call in (
         lambda: ledger.commit(ALICE, "d1"),
         lambda: ledger.evict(ALICE, "d1"),
@@ -111,13 +114,16 @@ def test_a_deleted_session_is_gone_but_its_history_stays(ledger: SessionLedger) 
     ):
         with pytest.raises(UnknownSession):
             call()
-    assert ledger.history(ALICE, "d1")[-1].type == "Deleted"
+    assert [e.type for e in ledger.history(ALICE, "d1")] == ["Deleted"]
+    assert ledger.history(ADMIN, "d1", account_id="acme")[-1].type == "Deleted"
     assert ledger.verify(ALICE).ok
     ledger.read_models.catch_up()
     assert [r.session_key for r in ledger.working_set(ALICE)] == []
     assert [r.status for r in ledger.working_set(ALICE, include_evicted=True)] == ["deleted"]
     assert ledger.archives(ALICE, "d1") == []
-    assert [a.live for a in ledger.archives(ALICE, "d1", include_merged=True)] == [False]
+    assert ledger.archives(ALICE, "d1", include_merged=True) == []  # a member: gone
+    audit = ledger.archives(ADMIN, "d1", include_merged=True, account_id="acme")
+    assert [a.live for a in audit] == [False]
 
 
 def test_a_deleted_sessions_key_starts_afresh(ledger: SessionLedger) -> None:
@@ -132,7 +138,8 @@ def test_a_deleted_sessions_key_starts_afresh(ledger: SessionLedger) -> None:
     assert [m.content for m in view.buffer] == ["new"]
     assert (view.message_count, view.commit_count, view.archives, view.state) == (1, 0, (), {})
     assert view.context.cwd == "/new" and view.status == "live"
-    assert [e.type for e in ledger.history(ALICE, "d1")][-3:] == [
+    assert [e.type for e in ledger.history(ALICE, "d1")] == ["Restarted", "MessageAdded"]
+    assert [e.type for e in ledger.history(ADMIN, "d1", account_id="acme")][-3:] == [
         "Deleted", "Restarted", "MessageAdded",
     ]  # fmt: skip
     created = ledger.get_or_create(ALICE, "d2")
@@ -140,4 +147,34 @@ def test_a_deleted_sessions_key_starts_afresh(ledger: SessionLedger) -> None:
     assert ledger.get_or_create(ALICE, "d2")[1] is True and created[1] is True
     ledger.commit(ALICE, "d1")
     ledger.read_models.catch_up()
-    assert [a.live for a in ledger.archives(ALICE, "d1", include_merged=True)] == [False, True]
+    assert [a.live for a in ledger.archives(ALICE, "d1", include_merged=True)] == [True]
+    audit = ledger.archives(ADMIN, "d1", include_merged=True, account_id="acme")
+    assert [a.live for a in audit] == [False, True]  # the deleted incarnation's, for audit
+
+
+def test_a_deletion_by_another_ledger_hides_the_old_incarnation_at_once(
+    make_ledger: Callable[..., SessionLedger],
+) -> None:
+    """A ledger holding the session in its cache sees another ledger's (process's) deletion
+    on its next read: its member reads start at the Deleted."""
+    reader, deleter = make_ledger(), make_ledger()
+    reader.add_message(ALICE, "d1", "user", "cached here")
+    assert [e.type for e in reader.history(ALICE, "d1")] == ["Started", "MessageAdded"]
+    deleter.delete_session(ALICE, "d1")
+    assert [e.type for e in reader.history(ALICE, "d1")] == ["Deleted"]
+    with pytest.raises(UnknownSession):
+        reader.session(ALICE, "d1", at_version=2)
+
+
+def test_a_member_paging_into_a_deleted_incarnation_is_told_so(ledger: SessionLedger) -> None:
+    """history(after_version=) inside a deleted incarnation is UnknownSession for a member
+    (never a silent jump to the new one); from 0 it starts at the current incarnation."""
+    for text in ("one", "two", "three"):
+        ledger.add_message(ALICE, "d1", "user", text)
+    ledger.delete_session(ALICE, "d1")
+    ledger.add_message(ALICE, "d1", "user", "again")
+    with pytest.raises(UnknownSession, match="deleted"):
+        ledger.history(ALICE, "d1", after_version=2)
+    assert [e.version for e in ledger.history(ALICE, "d1")] == [6, 7]
+    assert [e.version for e in ledger.history(ALICE, "d1", after_version=5)] == [6, 7]
+    assert len(ledger.history(ADMIN, "d1", after_version=2, account_id="acme")) == 5

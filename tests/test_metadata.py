@@ -27,6 +27,7 @@ RUNTIME = {
     "pydantic": "pydantic",
     "pydantic-settings": "pydantic_settings",
     "rich": "rich",
+    "snowballstemmer": "snowballstemmer",
     "typer": "typer",
 }
 

@@ -60,6 +60,15 @@ class Holder:
         await self.task
 
 
+def keeping(*args: Any, **kwargs: Any) -> SessionRegistry:
+    """A registry that keeps history on eviction and close (retain_history=True,
+    on_close="keep"): these tests pin its mechanics by the Evicted and Closed events it
+    records. What the default retention drops: tests/test_registry_retention.py."""
+    kwargs.setdefault("retain_history", True)
+    kwargs.setdefault("on_close", "keep")
+    return SessionRegistry(*args, **kwargs)
+
+
 def event_types(ledger: SessionLedger, session_id: str) -> list[str]:
     return [e.type for e in ledger.history(ALICE, session_id)]
 
@@ -88,7 +97,7 @@ def test_sessions_get_distinct_ids_and_stream_ids(ledger: SessionLedger) -> None
     """Each created session has its own uuid4 hex id, and UUID(session_id) == stream_id."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         sessions = [await registry.create() for _ in range(5)]
         assert len({s.session_id for s in sessions}) == 5
         assert len({s.stream_id for s in sessions}) == 5
@@ -104,7 +113,7 @@ def test_get_returns_the_same_object(ledger: SessionLedger) -> None:
     """get(id) returns the very LiveSession that create returned, under hex or UUID forms."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         live = await registry.create()
         assert await registry.get(live.session_id) is live
         assert await registry.get(live.stream_id) is live
@@ -118,7 +127,7 @@ def test_get_of_an_unknown_id_raises_unknown_session_error(ledger: SessionLedger
     """get of an id never issued (or not a UUID at all) raises UnknownSessionError."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         for bad in (uuid.uuid4().hex, "not-a-uuid", ""):
             with pytest.raises(UnknownSessionError) as caught:
                 await registry.get(bad)
@@ -133,7 +142,7 @@ def test_client_context_is_captured_verbatim(ledger: SessionLedger) -> None:
     meta = {"client": "zed", "version": 3, "flags": ["a", "b"], "nested": {"x": None}}
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         live = await registry.create(
             cwd="/srv/agent", additional_directories=["/srv/lib", "/data"], meta=meta
         )
@@ -155,7 +164,7 @@ def test_two_sessions_never_share_history(ledger: SessionLedger) -> None:
     """Messages written through one session never appear in another's history."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         one, two = await registry.create(), await registry.create()
         async with one.turn():
             await one.add_message("user", "for one")
@@ -178,7 +187,7 @@ def test_history_accumulates_across_turns_on_one_stream(ledger: SessionLedger) -
     """Each turn adds to the same stream; the session keeps one stream object for its lifetime."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         live = await registry.create()
         stream = live.stream_id
         for n in range(3):
@@ -198,7 +207,7 @@ def test_a_message_enqueued_during_a_turn_survives_to_the_next(ledger: SessionLe
     """A message recorded from outside while a turn runs is in the history the next turn sees."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         live = await registry.create()
         async with Holder(live):
             await live.add_message("user", "typed while the agent was busy")
@@ -214,7 +223,7 @@ def test_turns_on_one_session_run_strictly_one_at_a_time(ledger: SessionLedger) 
     """Many concurrent turns on one session never interleave, and they run in arrival order."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         live = await registry.create()
         trace: list[str] = []
 
@@ -237,7 +246,7 @@ def test_the_running_turn_does_not_count_against_max_queued(ledger: SessionLedge
     its body runs; once drained the session takes turns again."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE, max_queued=1)
+        registry = keeping(ledger, ALICE, max_queued=1)
         live = await registry.create()
         ran: list[str] = []
 
@@ -269,7 +278,7 @@ def test_cancel_stops_the_running_turn_and_drops_queued_ones(ledger: SessionLedg
     entering; another session's turn keeps running; recorded events stay."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         live, other = await registry.create(), await registry.create()
         entered: list[str] = []
         started = asyncio.Event()
@@ -311,7 +320,7 @@ def test_recovery_holds_the_turn_lock_and_counts_as_busy(ledger: SessionLedger) 
     """A recovery is exclusive with turns, makes the session busy, and is registered for cancel."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         live = await registry.create()
         assert live.is_idle and not live.in_recovery
         async with Holder(live, kind="recovery") as holder:
@@ -333,7 +342,7 @@ def test_max_sessions_evicts_the_least_recently_used_idle_session(ledger: Sessio
 
     async def scenario() -> None:
         clock = Ticker()
-        registry = SessionRegistry(ledger, ALICE, max_sessions=2, clock=clock)
+        registry = keeping(ledger, ALICE, max_sessions=2, clock=clock)
         a = await registry.create()
         clock.advance(5)
         b = await registry.create()
@@ -359,7 +368,7 @@ def test_a_new_session_is_never_its_own_victim(ledger: SessionLedger) -> None:
     """With max_sessions=1 each create evicts the previous session, never the one it creates."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE, max_sessions=1)
+        registry = keeping(ledger, ALICE, max_sessions=1)
         previous = await registry.create()
         for _ in range(3):
             live = await registry.create()
@@ -376,7 +385,7 @@ def test_busy_sessions_are_never_evicted_and_admission_fails(ledger: SessionLedg
     SessionLimitError however often they are retried, and the registry never grows."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE, max_sessions=2)
+        registry = keeping(ledger, ALICE, max_sessions=2)
         one, two = await registry.create(), await registry.create()
         async with Holder(one), Holder(two, kind="recovery"):
             for _ in range(10):
@@ -397,7 +406,7 @@ def test_a_slot_frees_when_a_turn_finishes(ledger: SessionLedger) -> None:
     victim and admission succeeds."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE, max_sessions=2)
+        registry = keeping(ledger, ALICE, max_sessions=2)
         one, two = await registry.create(), await registry.create()
         async with Holder(two):
             holder = Holder(one)
@@ -416,7 +425,7 @@ def test_concurrent_admissions_never_exceed_the_cap(ledger: SessionLedger) -> No
     """Many creates racing at the cap leave exactly max_sessions registered."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE, max_sessions=3)
+        registry = keeping(ledger, ALICE, max_sessions=3)
         created = await asyncio.gather(*(registry.create() for _ in range(12)))
         assert len(registry) == 3
         assert sum(live.is_live for live in created) == 3
@@ -434,7 +443,7 @@ def test_ttl_counts_idle_time_from_the_end_of_the_last_turn(ledger: SessionLedge
 
     async def scenario() -> None:
         clock = Ticker()
-        registry = SessionRegistry(ledger, ALICE, ttl=60, clock=clock)
+        registry = keeping(ledger, ALICE, ttl=60, clock=clock)
         live = await registry.create()
         async with live.turn():
             clock.advance(600)  # a ten-minute turn
@@ -458,7 +467,7 @@ def test_get_does_not_restart_the_ttl(ledger: SessionLedger) -> None:
 
     async def scenario() -> None:
         clock = Ticker()
-        registry = SessionRegistry(ledger, ALICE, ttl=10, clock=clock)
+        registry = keeping(ledger, ALICE, ttl=10, clock=clock)
         live = await registry.create()
         for _ in range(3):
             clock.advance(3)
@@ -475,7 +484,7 @@ def test_a_session_mid_turn_never_expires(ledger: SessionLedger) -> None:
 
     async def scenario() -> None:
         clock = Ticker()
-        registry = SessionRegistry(ledger, ALICE, ttl=5, clock=clock)
+        registry = keeping(ledger, ALICE, ttl=5, clock=clock)
         busy, idle = await registry.create(), await registry.create()
         async with Holder(busy):
             clock.advance(1000)
@@ -492,7 +501,7 @@ def test_any_access_runs_the_expiry_sweep(ledger: SessionLedger) -> None:
 
     async def scenario() -> None:
         clock = Ticker()
-        registry = SessionRegistry(ledger, ALICE, ttl=10, clock=clock)
+        registry = keeping(ledger, ALICE, ttl=10, clock=clock)
         keeper = await registry.create()
         accesses: list[Callable[[], Awaitable[object]]] = [
             lambda: registry.create(),
@@ -518,7 +527,7 @@ def test_an_evicted_session_comes_back_with_its_history(ledger: SessionLedger) -
 
     async def scenario() -> None:
         clock = Ticker()
-        registry = SessionRegistry(ledger, ALICE, ttl=10, clock=clock)
+        registry = keeping(ledger, ALICE, ttl=10, clock=clock)
         live = await registry.create(cwd="/srv/agent", meta={"client": "cli"})
         async with live.turn():
             await live.add_message("user", "remember the milk")
@@ -542,7 +551,7 @@ def test_a_let_go_session_object_refuses_new_work(ledger: SessionLedger) -> None
     behind the registry's back) but can still read its history."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE, max_sessions=1)
+        registry = keeping(ledger, ALICE, max_sessions=1)
         old = await registry.create()
         await registry.create()
         with pytest.raises(UnknownSessionError):
@@ -561,7 +570,7 @@ def test_a_failed_eviction_record_puts_the_session_back(ledger: SessionLedger) -
 
     async def scenario() -> None:
         async_ledger = AsyncSessionLedger(ledger)
-        registry = SessionRegistry(async_ledger, ALICE, max_sessions=1)
+        registry = keeping(async_ledger, ALICE, max_sessions=1)
         first = await registry.create()
         real_evict = async_ledger.evict
         failing = True
@@ -588,7 +597,7 @@ def test_close_waits_for_live_work_before_recording_closed(ledger: SessionLedger
     so no write of the session lands after the close."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         live = await registry.create()
         entered, release = gate_writes(ledger, live.session_id)
         after_write: list[str] = []
@@ -625,7 +634,7 @@ def test_close_of_an_unknown_session_raises(ledger: SessionLedger) -> None:
     """close() of an id that is not live raises UnknownSessionError and records nothing."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         with pytest.raises(UnknownSessionError):
             await registry.close(uuid.uuid4())
         live = await registry.create()
@@ -642,7 +651,7 @@ def test_aclose_cancels_everything_and_lets_every_session_go(ledger: SessionLedg
     without recording anything."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         busy, idle = await registry.create(), await registry.create()
         holder = Holder(busy)
         await holder.entered.wait()
@@ -664,7 +673,7 @@ def test_adopt_registers_under_the_stream_id_hex(ledger: SessionLedger) -> None:
     with the given context; a second call returns the same session, untouched."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         stream_id = uuid.uuid4()
         live, adopted = await registry.get_or_adopt(str(stream_id), cwd="/first")
         assert adopted and live.session_id == stream_id.hex and live.stream_id == stream_id
@@ -685,8 +694,8 @@ def test_a_second_registry_finds_what_the_first_wrote_by_id_alone(
     context and history; an adopted session starts idle."""
 
     async def scenario() -> None:
-        first = SessionRegistry(make_ledger(), ALICE)
-        second = SessionRegistry(make_ledger(), ALICE)
+        first = keeping(make_ledger(), ALICE)
+        second = keeping(make_ledger(), ALICE)
         live = await first.create(cwd="/srv/a", additional_directories=["/lib"], meta={"k": "v"})
         async with live.turn():
             await live.add_message("user", "hello from the first server")
@@ -703,7 +712,7 @@ def test_adoption_respects_the_cap(ledger: SessionLedger) -> None:
     """Adopting at the cap evicts the least recently used idle session to make room."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE, max_sessions=1)
+        registry = keeping(ledger, ALICE, max_sessions=1)
         idle = await registry.create()
         adopted, _ = await registry.get_or_adopt(uuid.uuid4())
         assert len(registry) == 1 and not idle.is_live and adopted.is_live
@@ -716,7 +725,7 @@ def test_concurrent_adoptions_of_one_id_register_one_session(ledger: SessionLedg
     """Many tasks adopting the same id at once get one LiveSession and one Started event."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         stream_id = uuid.uuid4()
         results = await asyncio.gather(*(registry.get_or_adopt(stream_id) for _ in range(10)))
         assert len({id(live) for live, _ in results}) == 1
@@ -730,7 +739,7 @@ def test_forget_leaves_the_history_as_found(ledger: SessionLedger) -> None:
     """forget() unregisters the session and records nothing; forgetting twice is fine."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE)
+        registry = keeping(ledger, ALICE)
         live = await registry.create()
         async with live.turn():
             await live.add_message("user", "keep me")
@@ -752,7 +761,7 @@ def test_registries_of_two_tenants_do_not_share_sessions(ledger: SessionLedger) 
     session in its own account."""
 
     async def scenario() -> None:
-        alice, bob = SessionRegistry(ledger, ALICE), SessionRegistry(ledger, BOB)
+        alice, bob = keeping(ledger, ALICE), keeping(ledger, BOB)
         live = await alice.create()
         async with live.turn():
             await live.add_message("user", "alice only")
@@ -780,7 +789,7 @@ def test_registries_of_two_tenants_do_not_share_sessions(ledger: SessionLedger) 
 def test_invalid_bounds_raise_value_error(ledger: SessionLedger, bounds: dict[str, Any]) -> None:
     """Zero, negative or non-numeric bounds are rejected when the registry or config is built."""
     with pytest.raises(ValueError):
-        SessionRegistry(ledger, ALICE, **bounds)
+        keeping(ledger, ALICE, **bounds)
     with pytest.raises(ValueError):
         RegistryConfig(**bounds)
 
@@ -792,11 +801,11 @@ def test_from_config_and_either_ledger_kind_are_accepted(ledger: SessionLedger) 
     registry = SessionRegistry.from_config(config, ledger, ALICE, clock=Ticker())
     assert registry.config == config and isinstance(registry.ledger, AsyncSessionLedger)
     wrapped = AsyncSessionLedger(ledger)
-    assert SessionRegistry(wrapped, ALICE).ledger is wrapped
+    assert keeping(wrapped, ALICE).ledger is wrapped
     with pytest.raises(ValueError):
-        SessionRegistry("sqlite://", ALICE)  # type: ignore[arg-type]
+        keeping("sqlite://", ALICE)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        SessionRegistry(ledger, "acme")  # type: ignore[arg-type]
+        keeping(ledger, "acme")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         RegistryConfig.model_validate({"max_sessions": 0})
 
@@ -854,7 +863,7 @@ def test_a_slow_write_on_one_session_blocks_no_other(ledger: SessionLedger) -> N
     creates, looks up and evicts sessions: no registry-wide lock is held during ledger I/O."""
 
     async def scenario() -> None:
-        registry = SessionRegistry(ledger, ALICE, max_sessions=3)
+        registry = keeping(ledger, ALICE, max_sessions=3)
         slow, fast, spare = [await registry.create() for _ in range(3)]
         entered, release = gate_writes(ledger, slow.session_id)
 

@@ -88,10 +88,11 @@ def test_a_commit_may_derive_the_objective(make_ledger: Callable[..., SessionLed
 
 
 def test_the_working_state_survives_eviction_and_adoption(ledger: SessionLedger) -> None:
-    """A registry that adopts an evicted session finds its task state, in its own tenant."""
+    """A registry that retains history and adopts an evicted session finds its task state, in
+    its own tenant."""
 
     async def scenario() -> None:
-        async with SessionRegistry(ledger, ALICE, max_sessions=1) as registry:
+        async with SessionRegistry(ledger, ALICE, max_sessions=1, retain_history=True) as registry:
             live = await registry.create()
             await live.add_message("user", "hello")
             ledger.set_task(ALICE, live.session_id, TASK)
@@ -138,6 +139,32 @@ def test_an_expired_compaction_token_is_refused_and_cleared(
     assert last.type == "CompactionCleared" and last.event.reason == "expired"  # type: ignore[attr-defined]
     again = ledger.prepare_compaction(ALICE, "s1")  # a new one may be prepared
     assert again.token != token.token
+
+
+def test_consuming_any_token_clears_an_expired_one(
+    ledger: SessionLedger, clock: FixedClock
+) -> None:
+    """An expired pending token is cleared by a consume whichever token is presented (a
+    stale or made-up one too): one CompactionCleared(expired) naming the pending token;
+    a wrong token while the pending one is live records nothing."""
+    ledger.add_message(ALICE, "s1", "user", "hi")
+    token = ledger.prepare_compaction(ALICE, "s1", ttl_seconds=30)
+    state = store_state(ledger)
+    with pytest.raises(InvalidInput, match="No compaction"):
+        ledger.complete_compaction(ALICE, "s1", "not-the-token")  # live: nothing recorded
+    assert store_state(ledger) == state
+    assert ledger.session(ALICE, "s1").pending_compaction == token
+    clock.now += timedelta(minutes=5)
+    with pytest.raises(InvalidInput, match="No compaction"):
+        ledger.complete_compaction(ALICE, "s1", "not-the-token")
+    assert ledger.session(ALICE, "s1").pending_compaction is None
+    last = ledger.history(ALICE, "s1")[-1]
+    assert last.type == "CompactionCleared"
+    assert (last.event.token, last.event.reason) == (token.token, "expired")  # type: ignore[attr-defined]
+    versions = ledger.session(ALICE, "s1").version
+    with pytest.raises(InvalidInput, match="No compaction"):
+        ledger.complete_compaction(ALICE, "s1", token.token)  # cleared: nothing more recorded
+    assert ledger.session(ALICE, "s1").version == versions
 
 
 # ------------------------------------------------- commits, archives, usage

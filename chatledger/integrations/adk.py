@@ -1,14 +1,19 @@
 """``ChatLedgerSessionService``: Google ADK's ``BaseSessionService`` kept in a chatledger ledger.
 
 Identity: every ADK session lives in one tenant -- the principal's account,
-or ``account_id`` for an admin -- under the ledger key
-``adk/<app_name>/<user_id>/<session_id>`` (each part percent-encoded, so a
-``/`` inside one cannot make two sessions share a key). ADK's state
-prefixes map onto chatledger's state: plain keys are the session's own
-state; ``app:`` keys live in the shared scope ``app:<app_name>`` and
-``user:`` keys in ``user:<app_name>:<user_id>`` (written in the same
-transaction as the event that changes them); ``temp:`` keys are applied to
-the in-memory session only and never recorded.
+or ``account_id`` for an admin -- and each ADK user is a user of the ledger:
+the service writes as its principal with ``user_id`` set to the user's
+pseudonym (``SessionLedger.pseudonym``), under the ledger key
+``adk/<app_name>/<user pseudonym>/<session id pseudonym>``. So
+``erase_user(principal, "<the ADK user id>")`` reaches every session, the
+user's ``user:`` state and the pseudonyms themselves, and no key, scope name or
+actor field holds the ADK user id or session id (the session's own state keeps
+them, encrypted like all content, for ``list_sessions``). ADK's state prefixes
+map onto chatledger's state: plain keys are the session's own state; ``app:``
+keys live in the shared scope ``app:<app_name>`` (the account's) and ``user:``
+keys in ``user:<app_name>:<user pseudonym>`` (the user's: erased with them),
+written in the same transaction as the event that changes them; ``temp:`` keys
+are applied to the in-memory session only and never recorded.
 
 Each ADK ``Event`` is one item of the session's live buffer, its JSON
 (``model_dump(mode="json", exclude_none=True)``) kept exactly, so
@@ -19,7 +24,8 @@ read at; ``append_event`` writes with ``expected_version`` and raises ADK's
 process or service instance appended first). A session object this service
 did not hand out is checked the way ADK's database service checks one: its
 newest event must be the stored newest event. Deleting records a ``Deleted``
-event: the history stays, readable as of any earlier version.
+event. An erased session is gone for ADK: ``get_session`` returns ``None``,
+``append_event`` raises ``SessionNotFoundError``.
 
 Requires ``pip install 'chatledger[adk]'``.
 """
@@ -35,13 +41,14 @@ import re
 import uuid
 import weakref
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from chatledger import (
     AsyncSessionLedger,
     ConcurrencyConflict,
     InvalidInput,
     Principal,
+    SessionErased,
     SessionLedger,
     SessionView,
     UnknownSession,
@@ -76,23 +83,27 @@ except ImportError as missing:  # pragma: no cover - exercised only without the 
         "pip install 'chatledger[adk]'"
     ) from missing
 
-__all__ = ["ChatLedgerSessionService", "session_key"]
+__all__ = ["ChatLedgerSessionService"]
 
 KEY_PREFIX = "adk/"
+IDENTITY = "chatledger.adk"
+"""The session state key holding the ADK identity (app, user and session id), which the
+ledger key only names by pseudonyms; never shown in an ADK ``Session``'s state."""
 _PAGE = 1000
-
-
-def session_key(app_name: str, user_id: str, session_id: str) -> str:
-    """The ledger key of an ADK session (each part percent-encoded, ``/``-separated)."""
-    return KEY_PREFIX + "/".join(quote(part, safe="") for part in (app_name, user_id, session_id))
 
 
 def _app_scope(app_name: str) -> str:
     return f"app:{quote(app_name, safe='')}"
 
 
-def _user_scope(app_name: str, user_id: str) -> str:
-    return f"user:{quote(app_name, safe='')}:{quote(user_id, safe='')}"
+class _User:
+    """One ADK user as the ledger knows them: the principal that writes for them, and the
+    pseudonyms naming their keys."""
+
+    def __init__(self, principal: Principal, app_name: str) -> None:
+        self.principal = principal
+        self.prefix = KEY_PREFIX + quote(app_name, safe="") + "/" + principal.user_id + "/"
+        self.scope = f"user:{quote(app_name, safe='')}:{principal.user_id}"
 
 
 class ChatLedgerSessionService(BaseSessionService):
@@ -115,6 +126,23 @@ class ChatLedgerSessionService(BaseSessionService):
         # id(session object) -> (a weak reference to it, the ledger version it reflects)
         self._versions: dict[int, tuple[weakref.ref[Session], int]] = {}
 
+    async def ledger_key(self, app_name: str, user_id: str, session_id: str) -> str:
+        """The ledger key of an ADK session: ``adk/<app>/<user pseudonym>/<session pseudonym>``
+        (for ledger calls such as ``history``, ``session(at_version=...)`` or ``verify``)."""
+        user = await self._user(app_name, user_id)
+        return user.prefix + await self._pseudonym(user_id, session_id)
+
+    async def _user(self, app_name: str, user_id: str) -> _User:
+        if not isinstance(user_id, str) or not user_id:
+            raise InvalidInput("An ADK user_id must be a non-empty str.")
+        alias = await self._pseudonym(user_id, None)
+        return _User(self.principal.model_copy(update={"user_id": alias}), app_name)
+
+    async def _pseudonym(self, user_id: str, value: str | None) -> str:
+        return await self.ledger.pseudonym(
+            self.principal, user_id, value, account_id=self.account_id
+        )
+
     # -------------------------------------------------------------- sessions
     async def create_session(
         self,
@@ -128,21 +156,25 @@ class ChatLedgerSessionService(BaseSessionService):
         initial state -- ``app:``/``user:`` keys to their scopes -- in the same transaction."""
         session_id = session_id.strip() if session_id else None
         session_id = session_id or str(uuid.uuid4())
-        key = session_key(app_name, user_id, session_id)
-        own, shared = _split_state(app_name, user_id, state or {})
+        user = await self._user(app_name, user_id)
+        key = user.prefix + await self._pseudonym(user_id, session_id)
+        own, shared = _split_state(app_name, user.scope, state or {})
+        own[IDENTITY] = {"app_name": app_name, "user_id": user_id, "session_id": session_id}
         expected = 0  # a key never used
         for _ in range(3):
             try:
                 await self.ledger.update_state(
-                    self.principal, key, own, shared_state=shared,
+                    user.principal, key, own, shared_state=shared,
                     expected_version=expected, account_id=self.account_id,
                 )  # fmt: skip
                 break
             except ConcurrencyConflict:
                 expected = await self._version_if_deleted(key)
+            except SessionErased:  # erased as its user was being erased: the id is spent
+                raise AlreadyExistsError(f"Session with id {session_id} was erased.") from None
         else:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.")
-        found = await self._load(app_name, user_id, session_id, None)
+        found = await self._load(key, user, config=None)
         if found is None:  # deleted again at once by another writer
             raise SessionNotFoundError(f"Session {session_id} not found.")
         return found
@@ -156,40 +188,41 @@ class ChatLedgerSessionService(BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> Session | None:
         """The session with its events (``config``: the newest ``num_recent_events``, those
-        at or after ``after_timestamp``) and merged state; ``None`` if it does not exist."""
-        return await self._load(app_name, user_id, session_id, config)
+        at or after ``after_timestamp``) and merged state; ``None`` if it does not exist (or
+        was erased)."""
+        user = await self._user(app_name, user_id)
+        key = user.prefix + await self._pseudonym(user_id, session_id)
+        return await self._load(key, user, config)
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
         """The app's sessions (of one user, or all), without events, oldest update first."""
-        prefix = KEY_PREFIX + quote(app_name, safe="") + "/"
         if user_id is not None:
-            prefix += quote(user_id, safe="") + "/"
+            prefix = (await self._user(app_name, user_id)).prefix
+        else:
+            prefix = KEY_PREFIX + quote(app_name, safe="") + "/"
         keys = await asyncio.to_thread(self._keys_under, prefix)
         sessions = []
         for key in keys:
-            _, user, session_id = (unquote(p) for p in key.removeprefix(KEY_PREFIX).split("/"))
-            found = await self._load(
-                app_name, user, session_id, GetSessionConfig(num_recent_events=0)
-            )
-            if found is not None:
+            found = await self._load(key, None, GetSessionConfig(num_recent_events=0))
+            if found is not None and found.app_name == app_name:
                 sessions.append(found)
         sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=sessions)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        """Record ``Deleted`` (the history stays); nothing happens for an unknown session."""
-        with contextlib.suppress(UnknownSession):
-            await self.ledger.delete_session(
-                self.principal, session_key(app_name, user_id, session_id),
-                account_id=self.account_id,
-            )  # fmt: skip
+        """Record ``Deleted``; nothing happens for an unknown (or erased) session."""
+        user = await self._user(app_name, user_id)
+        key = user.prefix + await self._pseudonym(user_id, session_id)
+        with contextlib.suppress(UnknownSession, SessionErased):
+            await self.ledger.delete_session(user.principal, key, account_id=self.account_id)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's shared state (keys without the ``user:`` prefix)."""
+        user = await self._user(app_name, user_id)
         found = await self.ledger.shared_state(
-            self.principal, _user_scope(app_name, user_id), account_id=self.account_id
+            user.principal, user.scope, account_id=self.account_id
         )
         return dict(found.state)
 
@@ -208,16 +241,19 @@ class ChatLedgerSessionService(BaseSessionService):
         # form, in the event and in the state, as ADK's database services keep it.
         item = event.model_dump(mode="json", exclude_none=True, fallback=str)
         delta = dict(item.get("actions", {}).get("state_delta", {}))
-        own, shared = _split_state(session.app_name, session.user_id, delta)
-        key = session_key(session.app_name, session.user_id, session.id)
+        user = await self._user(session.app_name, session.user_id)
+        own, shared = _split_state(session.app_name, user.scope, delta)
+        key = user.prefix + await self._pseudonym(session.user_id, session.id)
         expected = await self._expected_version(session, key)
         digest = hashlib.sha256(json.dumps(item, sort_keys=True).encode()).hexdigest()
         try:
             added = await self.ledger.add_items(
-                self.principal, key, [item], state=own, shared_state=shared,
+                user.principal, key, [item], state=own, shared_state=shared,
                 expected_version=expected, idempotency_key=f"adk-event:{digest}",
                 account_id=self.account_id,
             )  # fmt: skip
+        except SessionErased:
+            raise SessionNotFoundError(f"Session {session.id} not found (erased).") from None
         except ConcurrencyConflict:
             if not await self._exists(key):
                 raise SessionNotFoundError(f"Session {session.id} not found.") from None
@@ -234,15 +270,24 @@ class ChatLedgerSessionService(BaseSessionService):
 
     # --------------------------------------------------------------- helpers
     async def _load(
-        self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None
+        self, key: str, user: _User | None, config: GetSessionConfig | None
     ) -> Session | None:
-        key = session_key(app_name, user_id, session_id)
+        """The ADK session stored under ``key`` (``None``: there is none, or it is erased);
+        ``user`` if the caller knows whose it is (else its stored identity says)."""
         try:
             view: SessionView = await self.ledger.session(
                 self.principal, key, account_id=self.account_id
             )
         except UnknownSession:
             return None
+        if view.status == "erased":
+            return None  # its content is gone: for ADK the session no longer exists
+        identity = view.state.get(IDENTITY)
+        if not isinstance(identity, dict):
+            return None  # not a session this service made
+        app_name, user_id = str(identity["app_name"]), str(identity["user_id"])
+        if user is None:
+            user = await self._user(app_name, user_id)
         events = [Event.model_validate(m.as_item()) for m in view.buffer]
         if config is not None and config.num_recent_events is not None:
             events = (
@@ -250,10 +295,10 @@ class ChatLedgerSessionService(BaseSessionService):
             )
         if config is not None and config.after_timestamp is not None:
             events = [e for e in events if e.timestamp >= config.after_timestamp]
-        state = dict(view.state)
+        state = {k: v for k, v in view.state.items() if k != IDENTITY}
         for scope, prefix in (
             (_app_scope(app_name), State.APP_PREFIX),
-            (_user_scope(app_name, user_id), State.USER_PREFIX),
+            (user.scope, State.USER_PREFIX),
         ):
             shared = await self.ledger.shared_state(
                 self.principal, scope, account_id=self.account_id
@@ -261,7 +306,8 @@ class ChatLedgerSessionService(BaseSessionService):
             state.update({prefix + name: value for name, value in shared.state.items()})
         newest = view.buffer[-1].as_item().get("timestamp") if view.buffer else None
         found = Session(
-            id=session_id, app_name=app_name, user_id=user_id, state=state, events=events,
+            id=str(identity["session_id"]), app_name=app_name, user_id=user_id, state=state,
+            events=events,
             last_update_time=newest if isinstance(newest, float) else view.created_at.timestamp(),
         )  # fmt: skip
         self._remember(found, view.version)
@@ -284,6 +330,8 @@ class ChatLedgerSessionService(BaseSessionService):
             view = await self.ledger.session(self.principal, key, account_id=self.account_id)
         except UnknownSession:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        if view.status == "erased":
+            raise SessionNotFoundError(f"Session {session.id} not found (erased).")
         stored = view.buffer[-1].as_item().get("id") if view.buffer else None
         if stored != (session.events[-1].id if session.events else None):
             raise StaleSessionError(
@@ -293,11 +341,12 @@ class ChatLedgerSessionService(BaseSessionService):
         return view.version
 
     async def _exists(self, key: str) -> bool:
+        """Whether a live (not deleted, not erased) session is stored under ``key``."""
         try:
-            await self.ledger.session(self.principal, key, account_id=self.account_id)
+            view = await self.ledger.session(self.principal, key, account_id=self.account_id)
         except UnknownSession:
             return False
-        return True
+        return view.status != "erased"
 
     async def _version_if_deleted(self, key: str) -> int:
         """The version of a deleted session under ``key`` (to start it afresh there);
@@ -325,7 +374,7 @@ class ChatLedgerSessionService(BaseSessionService):
 
 
 def _split_state(
-    app_name: str, user_id: str, delta: dict[str, Any]
+    app_name: str, user_scope: str, delta: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """ADK state (prefixed keys) as (the session's own changes, changes of shared scopes)."""
     own: dict[str, Any] = {}
@@ -342,5 +391,5 @@ def _split_state(
     if app:
         shared[_app_scope(app_name)] = app
     if user:
-        shared[_user_scope(app_name, user_id)] = user
+        shared[user_scope] = user
     return own, shared

@@ -16,6 +16,13 @@ SDK documents this underscore hook as the way a store opts in; here it is
 one ``replace_tail`` call (one ``TailReplaced`` event, or
 ``ConcurrencyConflict`` and nothing recorded).
 
+Users: the SDK has no user of its own, so the ledger session belongs to the
+principal's user -- or, with ``user_id=``, to that end user under a pseudonym
+(``SessionLedger.pseudonym``): the principal's ``user_id`` becomes the user's
+pseudonym and the ledger key ``agents/<user pseudonym>/<session id pseudonym>``,
+so ``erase_user(principal, user_id)`` erases the user's sessions and no key or
+actor field holds the user id or the session id.
+
 Writes survive the caller's cancellation (the outcome is awaited before the
 cancellation is passed on). On PostgreSQL they carry an idempotency key, so
 that a write whose COMMIT went unanswered (``WriteOutcomeUnknown``) is
@@ -68,7 +75,9 @@ class ChatLedgerSession:
     ``ledger`` is an ``AsyncSessionLedger`` or a ``SessionLedger`` (wrapped);
     every call acts as ``principal`` (in ``account_id``, for an admin).
     ``session_settings`` (or a dict of its fields) gives the default ``limit``
-    of ``get_items``.
+    of ``get_items``. ``user_id`` names the end user the session belongs to: it is
+    then kept under a pseudonym of that user, which ``erase_user`` reaches (see the
+    module docstring); without it the ledger key is ``session_id`` itself.
     """
 
     def __init__(
@@ -79,10 +88,14 @@ class ChatLedgerSession:
         *,
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         account_id: str | None = None,
+        user_id: str | None = None,
     ) -> None:
         if not isinstance(ledger, AsyncSessionLedger | SessionLedger):
             raise InvalidInput("ledger must be a SessionLedger or an AsyncSessionLedger.")
+        if user_id is not None and (not isinstance(user_id, str) or not user_id):
+            raise InvalidInput("user_id must be None or a non-empty str.")
         self.session_id = session_id
+        self.user_id = user_id
         self.ledger = (
             ledger if isinstance(ledger, AsyncSessionLedger) else AsyncSessionLedger(ledger)
         )
@@ -173,11 +186,26 @@ class ChatLedgerSession:
                 await self._write(self.ledger.remove_items, ids)
 
     # -------------------------------------------------------------- helpers
+    async def ledger_key(self) -> str:
+        """The ledger key of this session (``session_id``, or its pseudonymous key with
+        ``user_id``), for ledger calls such as ``history`` or ``fork``."""
+        return (await self._target())[1]
+
+    async def _target(self) -> tuple[Principal, str]:
+        """Who writes, and under which key (see the module docstring)."""
+        if self.user_id is None:
+            return self.principal, self.session_id
+        pseudonym = self.ledger.pseudonym
+        user = await pseudonym(self.principal, self.user_id, account_id=self.account_id)
+        name = await pseudonym(
+            self.principal, self.user_id, self.session_id, account_id=self.account_id
+        )
+        return self.principal.model_copy(update={"user_id": user}), f"agents/{user}/{name}"
+
     async def _live(self, limit: int | None) -> list[Message]:
+        principal, key = await self._target()
         try:
-            return await self.ledger.items(
-                self.principal, self.session_id, limit=limit, account_id=self.account_id
-            )
+            return await self.ledger.items(principal, key, limit=limit, account_id=self.account_id)
         except UnknownSession:
             return []
 
@@ -186,11 +214,11 @@ class ChatLedgerSession:
         on a server database under a fresh idempotency key, tried once more with the same key
         if the outcome is unknown, so it lands exactly once."""
         key = f"openai-agents:{uuid.uuid4().hex}" if self.keyed_writes else None
+        principal, target = await self._target()
 
         def call() -> Awaitable[T]:
             return method(
-                self.principal, self.session_id, *args,
-                account_id=self.account_id, idempotency_key=key,
+                principal, target, *args, account_id=self.account_id, idempotency_key=key,
             )  # fmt: skip
 
         try:

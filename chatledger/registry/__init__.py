@@ -3,9 +3,10 @@
 A live session runs at most one turn at a time, queues a bounded number more,
 can be cancelled, and is let go when it has been idle too long (``ttl``) or
 when the cap (``max_sessions``) needs room -- but never while it is running a
-turn or a recovery. Letting a session go only frees memory: its history stays
-in the ledger (every LRU or TTL eviction is recorded as an ``Evicted`` event),
-and ``get_or_adopt`` brings it back by id.
+turn or a recovery. Its history then goes as in AG2's ACP ``SessionStore``:
+dropped (``Deleted``) on close, eviction, expiry and shutdown; kept on all but
+a close with ``retain_history=True`` (``Evicted``; ``get_or_adopt`` brings it
+back). See ``RegistryConfig``.
 
 Identity: a session id is a uuid4 hex string; it is the session *key* in the
 ledger (under the registry principal's tenant), and ``stream_id`` is
@@ -39,6 +40,7 @@ from chatledger.registry.bounds import (
     SessionBusyError,
     SessionLimitError,
     UnknownSessionError,
+    check_erasable,
     checked_collaborators,
     client_context,
     normalise_id,
@@ -74,12 +76,13 @@ class SessionRegistry:
         max_queued: int | None = None,
         clock: MonotonicClock = time.monotonic,
         *,
-        on_close: Retention = "keep",
-        on_evict: Retention = "keep",
+        retain_history: bool | None = None,
+        on_close: Retention = "delete",
+        on_evict: Retention | None = None,
     ) -> None:
         config = registry_config(
             max_sessions=max_sessions, ttl=ttl, max_queued=max_queued,
-            on_close=on_close, on_evict=on_evict,
+            retain_history=retain_history, on_close=on_close, on_evict=on_evict,
         )  # fmt: skip
         self._setup(config, ledger, principal, clock)
 
@@ -107,6 +110,7 @@ class SessionRegistry:
     ) -> None:
         self.config = config
         self.ledger = checked_collaborators(ledger, principal, clock)
+        check_erasable(config, self.ledger.ledger)
         warn_if_history_dies_with_the_process(config, self.ledger.ledger.settings.url)
         self.principal = principal
         self._clock = clock
@@ -209,9 +213,9 @@ class SessionRegistry:
         await self._leave(live, None)
 
     async def close(self, session_id: str | uuid.UUID) -> None:
-        """Cancel the session's live work, wait for it to unwind, then record ``Closed`` (or
-        ``Deleted`` with ``on_close="delete"``) and unregister it (so no late write of the
-        session can land after the close)."""
+        """Cancel the session's live work, wait for it to unwind, then record ``Deleted``
+        (``on_close``; ``keep``: ``Closed``) and unregister it, so no late write of the
+        session can land after the close. A close drops even with ``retain_history``."""
         await self.sweep()
         sid = normalise_id(session_id)
         live = self._sessions.get(sid) if sid is not None else None
@@ -221,15 +225,16 @@ class SessionRegistry:
         await self._leave(live, "close")
 
     async def aclose(self) -> None:
-        """Let every session go: cancel live work, wait for it to unwind, unregister all.
-
-        Records nothing (a server shutting down is not an eviction; the history is
-        already in the ledger). The registry is empty and usable afterwards."""
+        """Let every session go: cancel live work, wait for it to unwind, unregister all,
+        and drop their history as an eviction does (``on_evict``; ``keep``: record nothing).
+        The registry is empty and usable afterwards (a failed deletion is raised at the end)."""
+        failure: BaseException | None = None
         while self._sessions or self._leaving or self._adopting:
             pending = list(self._leaving.values()) + list(self._adopting.values())
-            busy = []
+            busy, gone = [], []
             for live in list(self._sessions.values()):
                 self._unregister(live)
+                gone.append(live)
                 if live.is_idle:
                     live.move_to(LiveState.GONE)
                 else:
@@ -238,8 +243,14 @@ class SessionRegistry:
             await asyncio.gather(*(live.cancel_and_drain() for live in busy))
             for live in busy:
                 live.move_to(LiveState.GONE)
+            if self.config.on_evict != "keep" and gone:
+                dropped = (live.record_exit(self.config.on_evict) for live in gone)
+                results = await asyncio.gather(*dropped, return_exceptions=True)
+                failure = failure or next((r for r in results if isinstance(r, Exception)), None)
             if pending:
                 await asyncio.wait(pending)
+        if failure is not None:
+            raise failure
 
     async def sweep(self) -> int:
         """Evict every idle session whose idle time reached the ttl; return how many.
@@ -344,11 +355,7 @@ class SessionRegistry:
             live.move_to(LiveState.LEAVING)
 
         def leave(live: LiveSession, idle: float) -> Awaitable[object]:
-            if self.config.on_evict == "delete":
-                return self.ledger.delete_session(self.principal, live.session_id)
-            return self.ledger.evict(
-                self.principal, live.session_id, reason=reason, idle_seconds=max(0.0, idle)
-            )
+            return live.record_exit(self.config.on_evict, reason, idle)
 
         async def record() -> None:
             results = await asyncio.gather(
@@ -368,7 +375,7 @@ class SessionRegistry:
 
         logger.info(
             "%s %d idle sessions (%s): %s",
-            "deleting" if self.config.on_evict == "delete" else "evicting", len(victims), reason,
+            "evicting" if self.config.on_evict == "keep" else "deleting", len(victims), reason,
             ", ".join(live.session_id for live, _ in victims),
         )  # fmt: skip
         task = self._spawn(record())
@@ -384,10 +391,8 @@ class SessionRegistry:
         async def unwind() -> None:
             try:
                 await live.cancel_and_drain()
-                if record == "close" and self.config.on_close == "delete":
-                    await self.ledger.delete_session(self.principal, live.session_id)
-                elif record == "close":
-                    await self.ledger.close_session(self.principal, live.session_id)
+                if record == "close":
+                    await live.record_exit(self.config.on_close)
             except BaseException:
                 del self._leaving[live.session_id]
                 self._restore(live)

@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from chatledger.adapters.database import sqlite_in_memory
 from chatledger.async_ledger import AsyncSessionLedger
@@ -42,13 +42,23 @@ class SessionLimitError(ChatLedgerError):
     """The registry is at ``max_sessions`` and every session is busy; nothing was admitted."""
 
 
-Retention = Literal["keep", "delete"]
-"""What a registry does to a session's ledger state when the session leaves it."""
+Retention = Literal["keep", "delete", "erase"]
+"""What a registry does to a session's ledger state when the session leaves it: ``keep`` it
+(``Closed``/``Evicted``), ``delete`` it (``Deleted``: members no longer see it; with
+encryption on its content is destroyed too), or ``erase`` it (a deletion that must destroy
+the content: needs encryption on and ``key_scope = "session"``)."""
 
 
 class RegistryConfig(BaseModel):
     """Bounds and retention of a ``SessionRegistry``; ``None`` means unbounded. Zero and
-    negatives are invalid."""
+    negatives are invalid.
+
+    Retention follows AG2's ACP ``SessionStore``: by default a session's history goes
+    when the session is closed, evicted, expires or the registry shuts down;
+    ``retain_history=True`` (the same as ``on_evict="keep"``) keeps it when it is let go
+    -- evicted, expired, shut down -- while a close still drops it (a close says the
+    conversation is over), unless ``on_close="keep"`` says otherwise.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -58,25 +68,78 @@ class RegistryConfig(BaseModel):
     """Seconds a session may stay idle after its last turn ended before it expires."""
     max_queued: Annotated[int, Field(ge=1, strict=True)] | None = None
     """Turns that may wait behind the running one, per session."""
-    on_close: Retention = "keep"
-    """What ``close()`` records: ``keep`` a ``Closed`` event (the session can be adopted
-    again, its history and buffer intact); ``delete`` a ``Deleted`` event (the session leaves
-    the working set and its key starts afresh; the old history stays in the audit log)."""
-    on_evict: Retention = "keep"
-    """What an LRU or TTL eviction records: ``keep`` an ``Evicted`` event (adopting it brings
-    the session back as it was); ``delete`` a ``Deleted`` event, as for ``on_close``."""
+    retain_history: Annotated[bool, Field(strict=True)] = False
+    """Keep the history of sessions that are let go (evicted, expired, shut down): the same
+    as ``on_evict="keep"``; a close drops it all the same (see ``on_close``)."""
+    on_close: Retention = "delete"
+    """What ``close()`` records: ``delete`` (the default) a ``Deleted`` event -- the session
+    leaves the working set, its key starts afresh and members see only what comes after
+    (admins keep the audit trail; with encryption on its content is destroyed); ``erase``
+    the same, destroying its content for sure (encryption on, ``key_scope = "session"``);
+    ``keep`` a ``Closed`` event (adopting the id brings the session back as it was)."""
+    on_evict: Retention = "delete"
+    """What an LRU or TTL eviction, and ``aclose()``, do: as for ``on_close``; ``keep``
+    records ``Evicted`` (``aclose()``: nothing), and adopting brings the session back.
+    Defaults to ``keep`` with ``retain_history=True``, else ``delete``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retention(cls, data: Any) -> Any:
+        """``retain_history`` and ``on_evict`` say one thing: fill one in from the other,
+        and refuse them contradicting each other."""
+        if not isinstance(data, dict):
+            return data
+        retain, evict = data.get("retain_history"), data.get("on_evict")
+        if evict is None:
+            data = {k: v for k, v in data.items() if k != "on_evict"}
+            if retain is True:
+                data["on_evict"] = "keep"
+        elif retain is True and evict != "keep":
+            raise ValueError(
+                f"retain_history=True keeps history on eviction, but on_evict={evict!r} drops "
+                "it; pass one of them"
+            )
+        elif retain is False and evict == "keep":
+            raise ValueError(
+                "retain_history=False drops history on eviction, but on_evict='keep' keeps it; "
+                "pass one of them"
+            )
+        elif retain is None and evict == "keep":
+            data = {**data, "retain_history": True}
+        return data
+
+
+_OPTIONAL = frozenset({"retain_history", "on_evict"})  # None: derived from the other
 
 
 def registry_config(**settings: Any) -> RegistryConfig:
     """A ``RegistryConfig`` from keyword settings; ``InvalidSettings`` naming what is wrong."""
+    given = {k: v for k, v in settings.items() if k not in _OPTIONAL or v is not None}
     try:
-        return RegistryConfig(**settings)
+        return RegistryConfig(**given)
     except ValidationError as error:
-        problems = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in error.errors())
+        problems = "; ".join(
+            f"{e['loc'][0]}: {e['msg']}" if e["loc"] else e["msg"] for e in error.errors()
+        )
         raise InvalidSettings(
-            f"Invalid registry settings ({problems}); use None for unbounded, and 'keep' "
-            "or 'delete' for on_close and on_evict."
+            f"Invalid registry settings ({problems}); use None for unbounded, 'keep', "
+            "'delete' or 'erase' for on_close and on_evict, and True or False for "
+            "retain_history."
         ) from None
+
+
+def check_erasable(config: RegistryConfig, ledger: SessionLedger) -> None:
+    """``InvalidSettings`` if the registry is to erase sessions its ledger cannot erase."""
+    if "erase" not in (config.on_close, config.on_evict):
+        return
+    settings = ledger.settings
+    if not settings.encryption or settings.key_scope != "session":
+        raise InvalidSettings(
+            "on_close/on_evict='erase' destroys a session's content as it is deleted, which "
+            "needs the ledger's setting encryption on and key_scope 'session' (this one has "
+            f"encryption={settings.encryption}, key_scope={settings.key_scope!r}). Turn "
+            "encryption on, or use 'delete'."
+        )
 
 
 def checked_collaborators(ledger: Any, principal: Any, clock: Any) -> AsyncSessionLedger:

@@ -16,8 +16,15 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, Literal, Protocol, TypeVar
 
 from chatledger.async_ledger import AsyncSessionLedger
-from chatledger.domain.values import ClientContext, Message, Principal, ToolCall
-from chatledger.registry.bounds import LiveState, RegistryConfig, SessionBusyError, unknown
+from chatledger.domain.failures import UnknownSession
+from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal, ToolCall
+from chatledger.registry.bounds import (
+    LiveState,
+    RegistryConfig,
+    Retention,
+    SessionBusyError,
+    unknown,
+)
 from chatledger.results import AddedMessage, CommitResult, ContextView, LedgerEvent, SessionView
 
 T = TypeVar("T")
@@ -298,6 +305,25 @@ class LiveSession:
             if self._drained is None:
                 self._drained = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._drained)
+
+    async def record_exit(
+        self, how: Retention, reason: EvictionReason | None = None, idle: float = 0.0
+    ) -> None:
+        """Record how the session leaves its registry: ``delete``/``erase`` -- ``Deleted``
+        (``erase``: its content surely destroyed; deleted already: fine); ``keep`` --
+        ``Evicted`` for an eviction (``reason``), ``Closed`` for a close."""
+        host = self._host
+        if how != "keep":
+            with suppress(UnknownSession):
+                await host.ledger.delete_session(
+                    host.principal, self.session_id, erase=how == "erase"
+                )
+        elif reason is None:
+            await host.ledger.close_session(host.principal, self.session_id)
+        else:
+            await host.ledger.evict(
+                host.principal, self.session_id, reason=reason, idle_seconds=max(0.0, idle)
+            )
 
     async def add_message(
         self,

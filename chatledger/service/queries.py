@@ -114,10 +114,15 @@ class ReadModelQueries:
         include_merged: bool = False,
         account_id: str | None = None,
     ) -> list[ArchiveEntry]:
-        """The session's archives, oldest first; merged ones too with ``include_merged``."""
-        sid = target(principal, key, account_id).session_id
+        """The session's archives, oldest first; merged ones too with ``include_merged`` (a
+        member: those of the current incarnation; an admin: every one)."""
+        found = target(principal, key, account_id)
         with store_errors("read the archive history"), self.engine.connect() as connection:
-            rows = query_archives(connection, session_id=sid, include_merged=bool(include_merged))
+            rows = query_archives(
+                connection, session_id=found.session_id, include_merged=bool(include_merged)
+            )
+        first = self.sessions.visible_from(found)  # a member: the current incarnation's only
+        rows = [r for r in rows if r["version"] >= first]
         texts = self._archive_texts(r["position"] for r in rows)
         return [
             ArchiveEntry.model_validate(

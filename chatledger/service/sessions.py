@@ -29,6 +29,7 @@ from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
 from chatledger.adapters.recorders import KeyedRow
+from chatledger.adapters.shredding import incarnation_start
 from chatledger.adapters.store import EventStoreApplication
 from chatledger.domain.access import Target
 from chatledger.domain.eventsourced import SessionEvent
@@ -36,6 +37,7 @@ from chatledger.domain.failures import (
     ConcurrencyConflict,
     InvalidInput,
     SessionErased,
+    StoreUnavailable,
     UnknownSession,
 )
 from chatledger.domain.limits import check_aware, check_int
@@ -217,7 +219,27 @@ class SessionStore:
                 f"Session {key!r} was deleted at version {at_version} (an earlier version "
                 "shows it as it was)."
             )
+        first = self.visible_from(target)
+        if at_version < first:
+            raise UnknownSession(
+                f"Version {at_version} of session {key!r} belongs to an incarnation deleted "
+                f"since (the current one began at version {first}); only an admin reads "
+                "deleted incarnations (audit)."
+            )
         return session
+
+    def visible_from(self, target: Target) -> int:
+        """The first version the requester may read: 1 for an admin (audit) or a session
+        never deleted; else the version that began its current incarnation (while it is
+        deleted, its ``Deleted``)."""
+        if target.audit:
+            return 1
+        with self.lock(target.session_id):
+            try:
+                head = self.load(target.session_id)  # cached and fast-forwarded: fresh
+            except StoreUnavailable:  # a stream that cannot be loaded whole: ask its rows
+                return incarnation_start(self.store, target.session_id)
+        return max(1, head.incarnation) if head is not None else 1
 
     def exists(self, sid: UUID) -> bool:
         return bool(list(self.store.events.get(sid, limit=1)))

@@ -34,13 +34,13 @@ from chatledger.adapters.chain import first_breaks
 from chatledger.adapters.codec import is_compact
 from chatledger.adapters.database import shares_one_connection
 from chatledger.adapters.key_store import SqlKeyStore
+from chatledger.adapters.keyring import KeyRing
 from chatledger.adapters.mapper import JSONBytesTranscoder, PydanticMapper
 from chatledger.adapters.sealing import key_id_of
 from chatledger.adapters.store import EventStoreApplication
-from chatledger.domain.access import SCOPE_PREFIX
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import ChatLedgerError, InvalidInput
-from chatledger.domain.ports import KeyRecord, KeyStore
+from chatledger.domain.ports import KeyOwner, KeyRecord, KeyScope, KeyStore
 from chatledger.domain.session import Session
 from chatledger.domain.values import Principal
 from chatledger.projections.facts import StoredFacts, slim_facts
@@ -54,6 +54,7 @@ from chatledger.service.views import ledger_event
 ImportProgress = Callable[[str, int, int], None]
 """Called by ``import_`` with (phase, done, total): phases ``read``, ``verify``, ``write``."""
 _PROGRESS_EVERY = 1000
+SCOPES: tuple[KeyScope, KeyScope] = ("session", "user")
 
 
 def export(store: EventStoreApplication, principal: Principal, key: str | None) -> Iterator[str]:
@@ -155,7 +156,7 @@ def import_(
     opened = {k: key.material for k, key in keys.items() if k in brought} | dict.fromkeys(missing)
     with store.keyring.overlay(opened):
         facts, owners = _replay(store, events, report)
-    _check_key_owners(keys, events, owners)
+    _check_key_owners(keys, owners)
     _restore_keys(key_store, keys.values())
     events.sort(key=lambda e: e.row.position)
     try:
@@ -223,8 +224,9 @@ def _held(key_store: KeyStore, key_id: str) -> bool:
     return bool(key_store.records(key_ids=[key_id]))
 
 
-Owners = dict[UUID, tuple[str, str]]
-"""Each session's tenant and the user whose key seals it with ``key_scope="user"``."""
+Owners = dict[str, set[tuple[KeyOwner, KeyOwner]]]
+"""By data key: whose key seals each row sealed with it, with ``key_scope`` ``session`` and
+with ``user`` (``KeyRing.owner_of`` the session as that row left it)."""
 
 
 def _replay(
@@ -234,6 +236,7 @@ def _replay(
     line), and each session's owner. A line that shows its event (format 4) must show the
     event its stored payload holds, as it reads without keys."""
     keyless = _keyless()
+    rings = [KeyRing(store.keyring.store, scope=scope, seal=False, ttl=0.0) for scope in SCOPES]
     facts: dict[int, StoredFacts] = {}
     owners: Owners = {}
     session: Session | None = None
@@ -263,9 +266,9 @@ def _replay(
                 f"Line {event.line}: event {row.version} of session {row.originator_id} cannot "
                 f"be recorded ({type(error).__name__}); {NOTHING}."
             ) from None
-        if row.version == 1:
-            user = "" if session.key.startswith(SCOPE_PREFIX) else session.started_by.user_id
-            owners[row.originator_id] = (session.tenant, user)
+        if event.key_id is not None:
+            by_session, by_user = (ring.owner_of(session) for ring in rings)
+            owners.setdefault(event.key_id, set()).add((by_session, by_user))
         if event.shown is not None:
             _check_shown(keyless, event, session.key)
         if done % _PROGRESS_EVERY == 0:
@@ -295,38 +298,34 @@ def _check_shown(keyless: PydanticMapper, event: ExportedEvent, key: str) -> Non
         )
 
 
-def _check_key_owners(
-    keys: dict[str, ExportedKey], events: list[ExportedEvent], owners: Owners
-) -> None:
-    """Each data key the file brings belongs to the sessions sealed with it: a session's key
-    to that one session, a user's key to sessions that user started, in its tenant."""
-    sealed: dict[str, set[UUID]] = {}
-    for event in events:
-        if event.key_id is not None:
-            sealed.setdefault(event.key_id, set()).add(event.row.originator_id)
-    session_keys: dict[UUID, str] = {}
+def _check_key_owners(keys: dict[str, ExportedKey], owners: Owners) -> None:
+    """Each data key the file brings belongs to whom the rows sealed with it say: a session's
+    key to that session (its incarnation), a user's key to the user who started it, in its
+    tenant -- and no two keys to one session."""
+    session_keys: dict[UUID | None, str] = {}
     for key in keys.values():
         record = key.record
         if record is None:
             continue
-        for sid in sorted(sealed.get(key.key_id, ()), key=str):
-            tenant, user = owners[sid]
-            if record.scope == "session":
-                wrong = record.session_id != sid or record.tenant != tenant
-            else:
-                wrong = (record.tenant, record.user_id, record.session_id) != (tenant, user, None)
-            if wrong:
+        for by_session, by_user in owners.get(key.key_id, ()):
+            owner = by_session if record.scope == "session" else by_user
+            found = KeyOwner(
+                scope=record.scope, tenant=record.tenant, user_id=record.user_id,
+                session_id=record.session_id,
+            )  # fmt: skip
+            if found != owner:
                 raise InvalidInput(
-                    f"Line {key.line} brings data key {key.key_id!r} of another owner than "
-                    f"session {sid} it seals (account {tenant!r}); {NOTHING}."
+                    f"Line {key.line} brings data key {key.key_id!r} of another owner than the "
+                    f"events it seals (account {owner.tenant!r}); {NOTHING}."
                 )
-            if record.scope == "session":
-                other = session_keys.setdefault(sid, key.key_id)
-                if other != key.key_id:
-                    raise InvalidInput(
-                        f"Line {key.line} brings a second data key of session {sid} "
-                        f"({other!r} first); a session has one. {NOTHING.capitalize()}."
-                    )
+        if record.scope == "session":
+            other = session_keys.setdefault(record.session_id, key.key_id)
+            if other != key.key_id:
+                raise InvalidInput(
+                    f"Line {key.line} brings a second data key of session "
+                    f"{record.session_id} ({other!r} first); a session has one. "
+                    f"{NOTHING.capitalize()}."
+                )
 
 
 # -------------------------------------------------------------------- keys

@@ -110,13 +110,20 @@ def complete_compaction(
     if not isinstance(token, str) or not token:
         raise InvalidInput("token must be the token prepare_compaction returned.")
 
-    def apply(session: Session) -> bool:
+    def apply(session: Session) -> str:
         return session.consume_compaction(token, actor=principal, timestamp=now)
 
-    if not sessions.write(target.session_id, apply).outcome:
+    outcome = sessions.write(target.session_id, apply).outcome
+    if outcome == "expired":
         raise InvalidInput(
             "That compaction token expired before it was consumed; it was cleared. Prepare a "
             "new one (and keep the work within its ttl_seconds)."
+        )
+    if outcome == "unknown":
+        raise InvalidInput(
+            "No compaction with that token is pending for this session (consumed already, "
+            "expired, or never prepared; a pending one that had expired was cleared); "
+            "prepare a new one."
         )
 
 

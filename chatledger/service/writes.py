@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from chatledger.domain.access import Target
-from chatledger.domain.events import Closed, Deleted, Evicted
+from chatledger.domain.events import Closed, Evicted
 from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.session import Session
 from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal, assemble
@@ -192,29 +192,3 @@ def evict(
     )  # fmt: skip
     sessions.forget(target.session_id)
     return evicted
-
-
-def delete(
-    sessions: SessionStore,
-    principal: Principal,
-    target: Target,
-    now: datetime,
-    idempotency_key: str | None,
-    expected_version: int | None,
-) -> None:
-    """Record ``Deleted``: the key starts afresh; the history stays."""
-
-    def apply(session: Session) -> None:
-        session.delete(actor=principal, timestamp=now)
-
-    try:
-        sessions.write(
-            target.session_id,
-            apply,
-            idempotency_key=idempotency_key,
-            expected_version=expected_version,
-        )
-    except AlreadyRecorded as done:
-        retries.first_event(sessions, done.rows, lambda event: isinstance(event, Deleted))
-        return
-    sessions.forget(target.session_id)
