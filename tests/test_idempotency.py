@@ -444,3 +444,13 @@ def test_a_keyed_retry_after_the_session_was_erased_is_session_erased(
         with pytest.raises(SessionErased, match="was erased after the write under"):
             retry()
     assert store_state(ledger) == state
+
+
+def test_a_keyed_delete_retried_returns_and_records_nothing(ledger: SessionLedger) -> None:
+    """delete_session with a key, retried (the session is deleted by now): it returns as the
+    first call did, and records nothing."""
+    ledger.add_message(ALICE, "s", "user", "hi")
+    ledger.delete_session(ALICE, "s", idempotency_key="del")
+    state = store_state(ledger)
+    assert ledger.delete_session(ALICE, "s", idempotency_key="del") is None
+    assert store_state(ledger) == state
