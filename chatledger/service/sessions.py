@@ -258,31 +258,18 @@ class SessionStore:
         return self.store.mapper.to_domain_event(stored)
 
     def recorded_write(self, sid: UUID, idempotency_key: str, reach: int = 1) -> list[KeyedRow]:
-        """The rows of the write recorded with ``idempotency_key`` in the session (empty if
-        none; the caller holds the session's lock): its keyed event and the events after it
-        that the same write recorded, at most ``reach`` of them.
-
-        The events of one write are consecutive versions with one timestamp (the write's
-        moment) and, on PostgreSQL, one transaction id; the first event that differs
-        belongs to a later write. A session erased since is ``SessionErased``: what the
-        write returned cannot be rebuilt from erased content, and the session takes no
-        more writes.
-        """
+        """The rows (at most ``reach``) of the write recorded with ``idempotency_key`` in the
+        session, empty if none; the caller holds its lock. A write's rows are consecutive
+        versions of one moment and, on PostgreSQL, one transaction. ``SessionErased`` if the
+        session was erased since: erased content cannot answer a retry."""
         rows = self.store.event_recorder.keyed_rows(sid, idempotency_key, reach)
-        if not rows:
-            return []
-        first = rows[0]
-        moment = getattr(first.stored, "timestamp_us", None)
-        write = [first]
+        write = rows[:1]
         for row in rows[1:]:
-            if (
-                row.version != write[-1].version + 1
-                or getattr(row.stored, "timestamp_us", None) != moment
-                or row.tx != first.tx
-            ):
-                break
+            last = write[-1]
+            if (row.version, row.tx, _moment(row)) != (last.version + 1, last.tx, _moment(last)):
+                break  # a later write's
             write.append(row)
-        session = self.load(sid)
+        session = self.load(sid) if write else None
         if session is not None and session.erased:
             raise SessionErased(
                 f"Session {session.key!r} was erased after the write under idempotency key "
@@ -437,6 +424,10 @@ class Part:
     idempotency_key: str | None = None
     reach: int = 1
     expected_version: int | None = None
+
+
+def _moment(row: KeyedRow) -> int | None:
+    return getattr(row.stored, "timestamp_us", None)
 
 
 def check_expected(session: Session | None, expected_version: int) -> None:
