@@ -39,6 +39,10 @@ def normalise_url(url: str) -> str:
     return url
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file (an empty file is an empty database)."""
+
+
 def sqlite_file(url: str) -> str | None:
     """The file a SQLite URL names; ``None`` for other databases and in-memory SQLite."""
     try:
@@ -90,6 +94,44 @@ def is_environmental(error: BaseException) -> bool:
     return False
 
 
+def driver_message(error: BaseException) -> str:
+    """What the database said of a failed statement, and no more: the driver's primary
+    message, without the statement, its values or the server's DETAIL (PostgreSQL's shows
+    the values of the row at fault, which may be content or key material)."""
+    orig = error.orig if isinstance(error, DBAPIError) else error
+    diag = getattr(orig, "diag", None)
+    primary = getattr(diag, "message_primary", None)
+    if isinstance(primary, str) and primary:
+        return f"{type(orig).__name__}: {primary}"
+    if isinstance(orig, sqlite3.Error):  # SQLite's messages name columns, never values
+        return f"{type(orig).__name__}: {orig}"
+    return type(orig).__name__
+
+
+def shares_one_connection(engine: Engine) -> bool:
+    """Whether every use of ``engine`` shares one connection (in-memory SQLite): a read
+    streamed from it must be read whole before another query runs, or that query would
+    begin a transaction inside the stream's."""
+    return isinstance(engine.pool, StaticPool)
+
+
+def is_busy(error: BaseException) -> bool:
+    """Whether ``error`` (or anything in its cause chain) is SQLite's "database is locked":
+    another connection held the write lock past the busy timeout."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DBAPIError):
+            current = current.orig
+            continue
+        code = getattr(current, "sqlite_errorcode", None)
+        if isinstance(current, sqlite3.Error) and isinstance(code, int):
+            return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def sqlite_in_memory(url: str) -> bool:
     """Whether ``url`` is an in-memory SQLite database (gone when the process exits)."""
     try:
@@ -107,8 +149,14 @@ def create_store_engine(
     *,
     synchronous: Synchronous = "normal",
     busy_timeout: float = 10.0,
+    wal: bool = True,
 ) -> Engine:
-    """An engine for ``url`` with chatledger's durability and locking settings."""
+    """An engine for ``url`` with chatledger's durability and locking settings.
+
+    ``wal``: SQLite connections switch the file to WAL mode as they open (a write).
+    An opener that does not know yet whether the file is a ledger passes ``False``:
+    reading needs no switch, and a ledger is in WAL mode since it was created.
+    """
     url = normalise_url(url)
     try:
         parsed = make_url(url)
@@ -120,7 +168,7 @@ def create_store_engine(
     backend = parsed.get_backend_name()
     try:
         if backend == "sqlite":
-            return _sqlite_engine(url, parsed.database, synchronous, busy_timeout)
+            return _sqlite_engine(url, parsed.database, synchronous, busy_timeout, wal)
         if backend == "postgresql":
             if parsed.get_driver_name() != "psycopg":
                 raise InvalidSettings(
@@ -129,6 +177,7 @@ def create_store_engine(
                 )
             return create_engine(
                 url,
+                hide_parameters=True,  # see _sqlite_engine
                 pool_pre_ping=True,
                 pool_size=5,
                 max_overflow=10,
@@ -147,11 +196,14 @@ def create_store_engine(
 
 
 def _sqlite_engine(
-    url: str, database: str | None, synchronous: Synchronous, busy_timeout: float
+    url: str, database: str | None, synchronous: Synchronous, busy_timeout: float, wal: bool
 ) -> Engine:
     in_memory = database in (None, "", ":memory:")
     options: dict[str, Any] = {
         "connect_args": {"check_same_thread": False, "timeout": busy_timeout},
+        # A statement's values never go into an error's text (or a log): they are
+        # content, and for the key table, key material.
+        "hide_parameters": True,
     }
     if in_memory:
         # One shared connection, or every checkout would see a new empty database.
@@ -163,7 +215,7 @@ def _sqlite_engine(
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-        if not in_memory:
+        if wal and not in_memory:
             _switch_to_wal(cursor, busy_timeout)
         cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
         # Zero what deletes and updates free, so a destroyed data key (or a deleted

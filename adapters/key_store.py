@@ -25,11 +25,12 @@ from typing import Any
 from uuid import UUID
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Connection, Engine, Table, select, update
+from sqlalchemy import Connection, Engine, String, Table, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
+from chatledger.adapters.database import driver_message
 from chatledger.domain.failures import InvalidInput, SessionErased, StoreUnavailable
 from chatledger.domain.ports import DataKey, KeyOwner, KeyRecord
 from chatledger.domain.timestamps import from_micros, to_micros
@@ -142,6 +143,9 @@ class SqlKeyStore:
         self.engine = engine
         self.table = table
         self.sqlite = engine.dialect.name == "sqlite"
+        kind = table.c.key_id.type
+        # The longest key id the table holds (an imported one may be longer than ours).
+        self.key_id_chars: int | None = kind.length if isinstance(kind, String) else None
 
     def key_for(self, owner: KeyOwner, at: datetime) -> DataKey:
         found = self._live(owner)
@@ -296,8 +300,9 @@ class SqlKeyStore:
     @staticmethod
     @contextmanager
     def _errors(action: str) -> Iterator[None]:
-        """Driver errors of a key store call, as ``StoreUnavailable``."""
+        """Driver errors of a key store call, as ``StoreUnavailable`` saying what the database
+        said and no more: never a statement's values or a row's (key material)."""
         try:
             yield
         except SQLAlchemyError as error:
-            raise StoreUnavailable(f"Cannot {action}: {error}") from error
+            raise StoreUnavailable(f"Cannot {action}: {driver_message(error)}") from None

@@ -241,6 +241,7 @@ class KeyedRow(NamedTuple):
     version: int
     stored: StoredEvent
     pending_tokens: int
+    tx: int = 0  # the writing transaction (PostgreSQL; 0 on SQLite): rows of one write share it
 
 
 class SqlSnapshotRecorder(SqlRecorder, AggregateRecorder):
@@ -437,7 +438,7 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
         query = (
             select(
                 t.c.id, t.c.originator_version, t.c.topic, t.c.state, t.c.timestamp_us,
-                t.c.pending_tokens,
+                t.c.pending_tokens, t.c.tx_id,
             )
             .where(t.c.originator_id == originator_id, t.c.originator_version >= keyed)
             .order_by(t.c.originator_version)
@@ -460,8 +461,9 @@ class SqlEventRecorder(SqlRecorder, ApplicationRecorder):
                     timestamp_us=int(timestamp_us),
                 ),
                 int(pending),
+                int(tx),
             )
-            for position, version, topic, state, timestamp_us, pending in rows
+            for position, version, topic, state, timestamp_us, pending, tx in rows
         ]
 
     def version_at(self, originator_id: UUID, timestamp_us: int) -> int | None:

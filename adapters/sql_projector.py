@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import Mapper
@@ -56,7 +56,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from chatledger.adapters.append_postgres import append_channel
-from chatledger.adapters.database import is_environmental
+from chatledger.adapters.database import is_busy, is_environmental
 from chatledger.adapters.fact_reads import (
     FirstRow,
     event_type_sql,
@@ -94,6 +94,7 @@ from chatledger.projections.archive_events import (
 )
 
 logger = logging.getLogger("chatledger.projector")
+_T = TypeVar("_T")
 Progress = Callable[[int, int], None]
 """Called after each batch with (events processed so far, log head at start)."""
 
@@ -109,6 +110,9 @@ RETIRED_TABLES: dict[str, tuple[str, ...]] = {
 }
 REBUILD_SPAN = 1_000_000  # events per rebuild transaction, read models next to the ledger
 REBUILD_SPAN_STAGED = 50_000  # ... in another database (facts copied through Python)
+REBUILD_WAIT = 600.0
+"""Seconds a rebuild waits, in all, for the write lock another one holds (SQLite: a span of
+a million events can hold it longer than the busy timeout)."""
 _HORIZON = f"""
 SELECT LEAST(
     pg_snapshot_xmax(pg_current_snapshot()),
@@ -432,8 +436,11 @@ class Projector:
         """Create missing tables; reset each model whose stored version differs (returned)."""
         for engine in (self.engine, self.log.engine):
             _check_sqlite_version(engine)
+        with store_errors("prepare the read models"), self.engine.connect() as connection:
+            if self._prepared(connection):  # the usual open: nothing to write, no lock to wait for
+                return []
         reset: list[str] = []
-        with store_errors("prepare the read models"), self.engine.begin() as connection:
+        with store_errors("prepare the read models"), self._write() as connection:
             self._ddl_lock(connection)
             _add_cursor_transactions(connection)
             tracking_table.create(connection, checkfirst=True)
@@ -452,6 +459,27 @@ class Projector:
                         table.create(connection, checkfirst=True)
         return reset
 
+    def _prepared(self, connection: Connection) -> bool:
+        """Whether ``prepare`` has nothing to do: every table there, in its current shape, and
+        every model tracked at its current version (read only)."""
+        inspector = inspect(connection)
+        needed = [tracking_table, skips_table] + ([] if self.shared else [stage_table])
+        for table in needed:
+            if not inspector.has_table(table.name):
+                return False
+        for table in (tracking_table, *([] if self.shared else [stage_table])):
+            if "tx_id" not in {c["name"] for c in inspector.get_columns(table.name)}:
+                return False
+        stored = self._read_tracking(connection)
+        if set(stored) != set(self.models):
+            return False
+        for name, model in self.models.items():
+            if stored[name][0] != model.version:
+                return False
+            if not all(inspector.has_table(t.name) for t in model.tables):
+                return False
+        return True
+
     def _retire(self, connection: Connection, stored: dict[str, tuple[int, LogCursor]]) -> None:
         """Drop what earlier versions kept and this one does not (their tracking row says so)."""
         t = tracking_table
@@ -463,6 +491,18 @@ class Projector:
                 connection.execute(text(f"DROP TABLE IF EXISTS {table}"))
             if model is None:
                 connection.execute(t.delete().where(t.c.name == name))
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A transaction that writes the read models. On SQLite it takes the write lock as it
+        begins (``BEGIN IMMEDIATE``), waiting for another writer -- another projector, a
+        rebuild in another process -- as long as the busy timeout allows: a transaction
+        that read first and wrote later would fail at once ("database is locked") when
+        another writer committed in between."""
+        with self.engine.connect() as plain:
+            connection = plain.execution_options(sqlite_begin="IMMEDIATE")
+            with connection.begin():
+                yield connection
 
     def _ddl_lock(self, connection: Connection) -> None:
         if connection.dialect.name == "postgresql":
@@ -495,7 +535,7 @@ class Projector:
             raise InvalidInput(
                 f"Unknown read model(s) {unknown}; choose from {sorted(self.models)}."
             )
-        with store_errors("reset the read models"), self.engine.begin() as connection:
+        with store_errors("reset the read models"), self._write() as connection:
             self._ddl_lock(connection)
             tracking_table.create(connection, checkfirst=True)
             stored = self._read_tracking(connection)
@@ -519,10 +559,33 @@ class Projector:
         copied into another database through this process. ``settle`` as in
         ``catch_up``.
         """
-        self.reset(names)
+        deadline = time.monotonic() + REBUILD_WAIT
+        self._taking_turns(deadline, lambda: self.reset(names))
         logger.info("rebuilding read models %s from the whole log", ", ".join(names))
         size = batch_size or (REBUILD_SPAN if self.shared else REBUILD_SPAN_STAGED)
-        return self.catch_up(progress=progress, batch_size=size, settle=settle)
+        total = 0
+
+        def span_after_span() -> int:
+            nonlocal total
+            total += self.catch_up(progress=progress, batch_size=size, settle=settle)
+            return total
+
+        return self._taking_turns(deadline, span_after_span)
+
+    @staticmethod
+    def _taking_turns(deadline: float, step: Callable[[], _T]) -> _T:
+        """``step()``, again while the database's write lock stays busy (SQLite: another
+        rebuild's transaction may hold it longer than the busy timeout), until
+        ``deadline``. Every transaction of a rebuild is whole or absent, and each applies
+        its span once (the tracking compare-and-set), so two rebuilds take turns."""
+        while True:
+            try:
+                return step()
+            except StoreUnavailable as error:
+                if not is_busy(error) or time.monotonic() >= deadline:
+                    raise
+                logger.info("the read models are being written elsewhere; waiting our turn")
+                time.sleep(0.05)
 
     # ---------------------------------------------------------- tracking
     def _read_tracking(self, connection: Connection) -> dict[str, tuple[int, LogCursor]]:
@@ -645,7 +708,7 @@ class Projector:
         """Apply the span (``low``, ``last``] to the named models in one transaction, moving
         each one's tracking cursor with a compare-and-set (``cursors`` updated)."""
         moved_to: dict[str, LogCursor] = {}
-        with store_errors("update the read models"), self.engine.begin() as connection:
+        with store_errors("update the read models"), self._write() as connection:
             source = events_table.name
             if not self.shared:  # the SQL reads the span's facts from a copy next to the models
                 source = stage_table.name
@@ -709,7 +772,7 @@ class Projector:
                 raise error  # the database failed, not the event: the follower retries
             with (
                 store_errors("skip an event the read models cannot take"),
-                self.engine.begin() as connection,
+                self._write() as connection,
             ):
                 self._move(connection, name, cursors[name], last)
                 connection.execute(

@@ -112,13 +112,22 @@ class HistoryOperations(LedgerBase):
         lines: Iterable[str],
         *,
         progress: transfer.ImportProgress | None = None,
+        allow_missing_keys: bool = False,
     ) -> ImportResult:
-        """Import an export into this (empty) ledger; a broken file imports nothing.
+        """Import an export into this (empty) ledger; a broken file imports nothing, and an
+        import interrupted at any step imports when retried.
 
         ``progress`` is called with (phase, done, total) as the phases ``read``,
-        ``verify`` (every event replayed and checked) and ``write`` advance.
+        ``verify`` (every event replayed and checked) and ``write`` advance. Content
+        sealed with a data key the file does not bring (nor this ledger's key store
+        holds) would read as erased: such a file is ``InvalidInput`` unless
+        ``allow_missing_keys``; the result counts those sessions.
         """
         self.core.check_open()
-        result = transfer.import_(self.core.store, lines, progress)
+        if not isinstance(allow_missing_keys, bool):
+            raise InvalidInput("allow_missing_keys must be True or False.")
+        result = transfer.import_(
+            self.core.store, lines, progress, allow_missing_keys=allow_missing_keys
+        )
         self.core.sessions.clear()
         return result

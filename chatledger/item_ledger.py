@@ -58,7 +58,7 @@ class ItemOperations(LedgerBase):
         return self._record(
             principal, found, built, now, context, state, shared_state,
             expected_version, idempotency_key,
-        )  # fmt: skip
+        )[0]  # fmt: skip
 
     def _record(
         self,
@@ -71,7 +71,9 @@ class ItemOperations(LedgerBase):
         shared_state: Mapping[str, Mapping[str, Any]] | None,
         expected_version: int | None,
         idempotency_key: str | None,
-    ) -> list[AddedMessage]:
+    ) -> tuple[list[AddedMessage], int]:
+        """The write of ``add_items`` (and of ``add_message(s)`` with state or a condition):
+        the messages added, and the session's version right after the write."""
         # (Each check is skipped for what was not passed: the usual append passes none.)
         if expected_version is not None:
             check_int(expected_version, "expected_version")
@@ -129,6 +131,7 @@ class ItemOperations(LedgerBase):
         return item_ops.remove(
             self.core.sessions, principal, found, lambda _: ids, "remove", self.core.now(),
             expected_version=expected_version, idempotency_key=checked_key(idempotency_key),
+            same=lambda taken: set(taken) == set(ids),
         )  # fmt: skip
 
     @public
@@ -161,6 +164,7 @@ class ItemOperations(LedgerBase):
         popped = item_ops.remove(
             self.core.sessions, principal, found, newest, "pop", self.core.now(),
             expected_version=expected_version, idempotency_key=checked_key(idempotency_key),
+            same=lambda taken: expected_id is None or taken == (expected_id,),
         )  # fmt: skip
         return popped[0] if popped else None
 
@@ -221,11 +225,15 @@ class ItemOperations(LedgerBase):
         """Set keys of the session's state (and of shared scopes) in one transaction; the
         session is started if it does not exist."""
         found = self._target(principal, key, account_id)
-        self._record(
+        _, version = self._record(
             principal, found, [], self.core.now(), None, changes, shared_state,
             expected_version, idempotency_key,
         )  # fmt: skip
-        return self.state(principal, key, account_id=account_id)
+        # The state the write left (a retry's too): as of its version if others wrote since.
+        view = self.state(principal, key, account_id=account_id)
+        if view.version != version:
+            view = self.state(principal, key, at_version=version, account_id=account_id)
+        return view
 
     @public
     def state(

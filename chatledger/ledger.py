@@ -151,7 +151,7 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations, E
             return self._record(
                 principal, found, [message], now, context, state, shared_state,
                 expected_version, idempotency_key,
-            )[0]  # fmt: skip
+            )[0][0]  # fmt: skip
         # (The usual call passes neither: no calls for them on the hot path.)
         built_context = None if context is None else build_context(limits, context)
         write_key = None if idempotency_key is None else checked_key(idempotency_key)
@@ -182,7 +182,7 @@ class SessionLedger(ItemOperations, HistoryOperations, WorkingStateOperations, E
             return self._record(
                 principal, found, built, now, context, state, shared_state,
                 expected_version, idempotency_key,
-            )  # fmt: skip
+            )[0]  # fmt: skip
         built_context, write_key = build_context(self.limits, context), checked_key(idempotency_key)
         return writes.record_messages(
             self.core.sessions, principal, found, built, now, built_context, write_key

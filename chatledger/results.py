@@ -128,6 +128,18 @@ class LedgerEvent(Result):
     actor: Principal
     event: SessionEvent
 
+    def as_json(self) -> dict[str, Any]:
+        """The event as JSON, in the one shape every output gives it (``log --json``, each
+        line of an export, which adds what an import needs): ``key``, ``version``,
+        ``type``, ``timestamp``, ``actor``, ``summary`` (one line for people) and
+        ``event``, the whole event with every field (docs/audit.md)."""
+        from chatledger.projections.describe import describe_event
+
+        record = self.model_dump(mode="json", exclude={"event"})
+        record["summary"] = describe_event(self.event)
+        record["event"] = self.event.model_dump(mode="json")
+        return record
+
 
 class Counters(Result):
     """The counters of a session at one version."""
@@ -214,10 +226,14 @@ class VerifyReport(Result):
 
 
 class ImportResult(Result):
-    """What ``import_`` recorded."""
+    """What ``import_`` recorded, and how many of the sessions read as erased: erased at the
+    source (``erased_sessions``), or sealed with keys the file did not bring
+    (``unreadable_sessions``, imported only with ``allow_missing_keys=True``)."""
 
     sessions: int
     events: int
+    erased_sessions: int = 0
+    unreadable_sessions: int = 0
 
 
 class ErasureResult(Result):

@@ -475,9 +475,12 @@ class Session(BaseAggregate[UUID]):
         *,
         actor: Principal,
         timestamp: datetime,
+        keep_empty: bool = False,
     ) -> None:
-        """Set state keys to new JSON values and remove others, in one event."""
-        if not changes and not removed:
+        """Set state keys to new JSON values and remove others, in one event. With
+        ``keep_empty`` an empty change is recorded too: a keyed write that changed only
+        shared state scopes leaves it in the session's own stream, where its key is kept."""
+        if not changes and not removed and not keep_empty:
             return
         self.restart_if_deleted(None, actor=actor, timestamp=timestamp)
         self.trigger_event(

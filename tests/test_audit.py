@@ -483,8 +483,8 @@ def _state_bytes(record: dict[str, Any]) -> bytes:
     """The stored payload an export record stands for (an ``event`` object or ``state`` text)."""
     import json
 
-    if "event" in record:
-        return json.dumps(record["event"], ensure_ascii=False, separators=(",", ":")).encode()
+    if "stored" in record:
+        return json.dumps(record["stored"], ensure_ascii=False, separators=(",", ":")).encode()
     return str(record["state"]).encode()
 
 
@@ -498,7 +498,7 @@ def _rehashed_with_unreadable_payload(lines: list[str]) -> list[str]:
 
     def spoil(records: list[dict[str, Any]]) -> None:
         newest = _newest(records)
-        newest.pop("event", None)
+        newest.pop("stored", None)
         newest["state"] = json.dumps({"actor": {"account_id": "x"}, "nonsense": True})
 
     return _rechained(lines, spoil)

@@ -5,18 +5,29 @@ Each case calls one public method of ``SessionLedger``, ``AsyncSessionLedger``,
 PostgreSQL, and pins two things: the exact ``chatledger.errors`` type raised
 (a subclass does not count), and that the event store is byte-for-byte what
 it was (every row of events and snapshots, hence counts and heads). The CLI's
-cases live in the CLI tests, which pin exit codes.
+cases live in the CLI tests, which pin exit codes. The import section feeds
+``import_`` crafted files (and, by hypothesis, any mutation of a line of a
+real export): each is ``InvalidInput`` naming the line, and nothing recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import copy
+import json
+import re
+import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chatledger import (
     AccessDenied,
@@ -30,7 +41,8 @@ from chatledger import (
     UnknownSession,
     UnknownSessionError,
 )
-from support import ALICE, BOB, store_state
+from chatledger.adapters.chain import GENESIS, chain_hash
+from support import ADMIN, ALICE, BOB, store_state
 
 NAIVE = datetime(2026, 1, 1, 12, 0)  # no tzinfo
 HUGE = 2**64
@@ -528,3 +540,346 @@ def test_bad_input_raises_the_exact_error_and_records_nothing(
     assert type(raised.value) is expected, f"{name}: {type(raised.value).__name__}: {raised.value}"
     assert str(raised.value), "the error says nothing"
     assert store_state(env.ledger) == before
+
+
+# ----------------------------------------------------------------- import
+# Every hostile import file: InvalidInput naming the line at fault, and nothing recorded
+# (no event, no snapshot, no data key). The files are crafted from a real export of an
+# encrypted ledger (so that it has data key lines); "rechained" ones have every hash
+# recomputed, so that the fault gets past the chain check to the deeper ones.
+Records = list[Any]  # the export's lines, parsed (the header first); a str stays a raw line
+
+
+@dataclass(frozen=True)
+class Crafted:
+    lines: list[Any]
+    line: int  # the line the error must name
+
+
+def _dump(records: Records) -> list[Any]:
+    return [r if isinstance(r, str | bytes | int) else json.dumps(r) for r in records]
+
+
+def _state_bytes(record: dict[str, Any]) -> bytes:
+    if "stored" in record:
+        return json.dumps(record["stored"], ensure_ascii=False, separators=(",", ":")).encode()
+    return str(record["state"]).encode()
+
+
+def _rechained(records: Records) -> Records:
+    """``records`` with every event's hash recomputed over what it now holds (no chain key)."""
+    out = copy.deepcopy(records)
+    previous: dict[str, bytes] = {}
+    events = [r for r in out[1:] if isinstance(r, dict)]
+    for r in sorted(events, key=lambda r: (r["session_id"], r["version"])):
+        digest = chain_hash(
+            previous.get(r["session_id"], GENESIS), position=r["position"],
+            originator_id=uuid.UUID(r["session_id"]), version=r["version"], topic=r["topic"],
+            timestamp_us=r["timestamp_us"], state=_state_bytes(r),
+        )  # fmt: skip
+        r["hash"] = digest.hex()
+        previous[r["session_id"]] = digest
+    return out
+
+
+class Source:
+    """The parsed export the files are crafted from."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.records: Records = [json.loads(line) for line in lines]
+
+    def index(self, test: Callable[[dict[str, Any]], bool]) -> int:
+        return next(i for i, r in enumerate(self.records) if i and test(r))
+
+    @property
+    def keyed(self) -> int:  # the first line that brings a data key (with material)
+        return self.index(lambda r: bool(r.get("data_key", {}).get("material")))
+
+    @property
+    def plain(self) -> int:  # the first line whose event is not sealed
+        return self.index(lambda r: "sealed" not in r.get("stored", {}))
+
+    @property
+    def committed(self) -> int:
+        return self.index(lambda r: r["type"] == "Committed")
+
+    def line(self, at: int, value: Any, rechain: bool = False) -> Crafted:
+        """The file with line ``at`` (0-based) replaced by ``value`` (a record or raw text)."""
+        records = copy.deepcopy(self.records)
+        records[at] = value
+        return Crafted(_dump(_rechained(records) if rechain else records), at + 1)
+
+    def edit(self, at: int, rechain: bool = False, **fields: Any) -> Crafted:
+        """The file with fields of line ``at`` changed (``...`` removes a field)."""
+        record = {**self.records[at], **fields}
+        return self.line(at, {k: v for k, v in record.items() if v is not ...}, rechain)
+
+    def stored(self, at: int, rechain: bool = True, **fields: Any) -> Crafted:
+        """The file with fields of line ``at``'s stored payload changed."""
+        return self.edit(at, rechain, stored={**self.records[at]["stored"], **fields})
+
+    def key(self, at: int, **fields: Any) -> Crafted:
+        """The file with fields of line ``at``'s data key changed."""
+        return self.edit(at, data_key={**self.records[at]["data_key"], **fields})
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+B64 = base64.b64encode
+
+IMPORTS: list[tuple[str, Callable[[Source], Crafted]]] = [
+    ("not JSON", lambda s: s.line(1, "{not json")),
+    ("nested 100,000 deep", lambda s: s.line(1, DEEP)),
+    ("an event nested 100,000 deep", lambda s: s.line(
+        1, '{"position": 1, "event": ' + '{"a":' * 100_000 + "1" + "}" * 100_001)),
+    ("header: a list", lambda s: s.line(0, [1, 2])),
+    ("header: null", lambda s: s.line(0, None)),
+    ("header: another format", lambda s: s.line(0, {"format": "other", "format_version": 3})),
+    ("header: version 99", lambda s: s.edit(0, format_version=99)),
+    ("header: version true", lambda s: s.edit(0, format_version=True)),
+    ("header: version as a list", lambda s: s.edit(0, format_version=[3])),
+    ("event line: an array", lambda s: s.line(2, [])),
+    ("event line: a string", lambda s: s.line(2, '"x"')),
+    ("event line: not UTF-8 bytes", lambda s: s.line(2, b'{"x": "\xff\xfe"}')),
+    ("event line: an int, not text", lambda s: s.line(2, 7)),
+    ("position: a float", lambda s: s.edit(2, position=1.5)),
+    ("position: true", lambda s: s.edit(2, position=True)),
+    ("position: 2**70 (past BIGINT)", lambda s: s.edit(2, position=2**70)),
+    ("position: 0", lambda s: s.edit(2, position=0)),
+    ("position: missing", lambda s: s.edit(2, position=...)),
+    ("version: a string", lambda s: s.edit(2, version="2")),
+    ("version: 2**64", lambda s: s.edit(2, version=2**64)),
+    ("timestamp_us: 2**70", lambda s: s.edit(2, timestamp_us=2**70)),
+    ("timestamp_us: before year 1", lambda s: s.edit(2, timestamp_us=-(2**62))),
+    ("timestamp_us: text", lambda s: s.edit(2, timestamp_us="noon")),
+    ("session_id: a number", lambda s: s.edit(2, session_id=5)),
+    ("session_id: not a UUID", lambda s: s.edit(2, session_id="zz" * 16)),
+    ("topic: a lone surrogate", lambda s: s.edit(2, topic="\ud800")),
+    ("topic: NUL", lambda s: s.edit(2, topic="Message\x00Added")),
+    ("topic: a list", lambda s: s.edit(2, topic=["MessageAdded"])),
+    ("no stored payload", lambda s: s.edit(2, stored=...)),
+    ("two stored payloads", lambda s: s.edit(2, state="{}")),
+    ("stored: an array", lambda s: s.edit(2, stored=[1])),
+    ("stored: a lone surrogate", lambda s: s.stored(s.plain, rechain=False, key="\udc80")),
+    ("stored: NaN", lambda s: s.line(s.plain, s.records[s.plain] and json.dumps(
+        {**s.records[s.plain], "stored": {**s.records[s.plain]["stored"], "x": float("nan")}}))),
+    ("state_base64: not base64", lambda s: s.edit(2, stored=..., state_base64="!!")),
+    ("state_base64: a number", lambda s: s.edit(2, stored=..., state_base64=12)),
+    ("state: a number", lambda s: s.edit(2, stored=..., state=12)),
+    ("event shown: not the stored one", lambda s: s.edit(s.plain, event={
+        **s.records[s.plain]["event"], "key": "another"})),
+    ("event shown: an array", lambda s: s.edit(2, event=[1])),
+    ("event shown: missing", lambda s: s.edit(2, event=...)),
+    ("actor shown: another", lambda s: s.edit(2, actor={"account_id": "x", "user_id": "",
+                                                        "agent_id": "", "role": "member",
+                                                        "trace_id": ""})),
+    ("hash: 2 hex digits", lambda s: s.edit(2, hash="ab")),
+    ("hash: not hex", lambda s: s.edit(2, hash="zz" * 32)),
+    ("hash: a number", lambda s: s.edit(2, hash=5)),
+    ("hash: altered content (chain broken)", lambda s: s.stored(s.plain, rechain=False, key="x")),
+    ("data_key: a string", lambda s: s.edit(s.keyed, data_key="key")),
+    ("data_key: an array", lambda s: s.edit(s.keyed, data_key=[1])),
+    ("data_key: material not base64", lambda s: s.key(s.keyed, material="!!!")),
+    ("data_key: material of 4 bytes", lambda s: s.key(s.keyed, material="AAAAAA==")),
+    ("data_key: material a number", lambda s: s.key(s.keyed, material=5)),
+    ("data_key: id of 500 characters", lambda s: s.key(s.keyed, key_id="k" * 500)),
+    ("data_key: id with NUL", lambda s: s.key(s.keyed, key_id="k\x00")),
+    ("data_key: scope unknown", lambda s: s.key(s.keyed, scope="planet")),
+    ("data_key: tenant with NUL", lambda s: s.key(s.keyed, tenant="ac\x00me")),
+    ("data_key: tenant a lone surrogate", lambda s: s.key(s.keyed, tenant="\ud800")),
+    ("data_key: created_at not a time", lambda s: s.key(s.keyed, created_at="soon")),
+    ("data_key: destroyed yet with material",
+     lambda s: s.key(s.keyed, destroyed_at="2026-01-01T00:00:00Z")),
+    ("data_key: another session's", lambda s: s.key(s.keyed, session_id=str(uuid.uuid4()))),
+    ("data_key: on an unsealed event", lambda s: s.edit(
+        s.plain, data_key=s.records[s.keyed]["data_key"])),
+    ("no data key lines", lambda s: Crafted(
+        _dump([{k: v for k, v in r.items() if k != "data_key"} for r in s.records]), s.keyed + 1)),
+    ("rechained: an unknown topic", lambda s: s.edit(s.plain, True, topic="os:system")),
+    ("rechained: sealed text not base64", lambda s: s.stored(
+        s.keyed, sealed={**s.records[s.keyed]["stored"]["sealed"], "c": "@@@@"})),
+    ("rechained: sealed text of 3 bytes", lambda s: s.stored(
+        s.keyed, sealed={**s.records[s.keyed]["stored"]["sealed"], "c": "AAAA"})),
+    ("rechained: a key that opens nothing", lambda s: Crafted(_dump(_rechained([
+        *s.records[:s.keyed], {**s.records[s.keyed], "data_key": {
+            **s.records[s.keyed]["data_key"], "material": B64(bytes(32)).decode()}},
+        *s.records[s.keyed + 1:]])), s.keyed + 1)),
+    ("rechained: an actor of the wrong shape", lambda s: s.stored(s.keyed, a=[1, [2]])),
+    ("rechained: archive ids a string", lambda s: s.stored(s.committed, archive={
+        **s.records[s.committed]["stored"]["archive"], "message_ids": 7})),
+    ("rechained: archive ids a bad run", lambda s: s.stored(s.committed, archive={
+        **s.records[s.committed]["stored"]["archive"], "message_ids": [[2, -5]]})),
+    ("rechained: a session moved to another account", lambda s: s.stored(
+        s.index(lambda r: r["type"] == "Started" and r["tenant"] == "acme"), tenant="globex")),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
+    """An export of an encrypted ledger: ALICE's s1 (committed, with state) and s2, BOB's b1."""
+    ledger = SessionLedger(
+        f"sqlite:///{tmp_path_factory.mktemp('export') / 'source.db'}", encryption=True
+    )
+    try:
+        ledger.add_message(ALICE, "s1", "user", "First question. About Kafka.")
+        ledger.add_items(ALICE, "s1", [{"role": "assistant", "content": "An answer."}],
+                         state={"step": 1})  # fmt: skip
+        ledger.commit(ALICE, "s1")
+        ledger.add_message(ALICE, "s1", "user", "Live question.")
+        ledger.add_message(ALICE, "s2", "user", "Another session.")
+        ledger.add_message(BOB, "b1", "user", "bob's", shared_state={"app:x": {"n": 1}})
+        return Source(list(ledger.export(ADMIN)))
+    finally:
+        ledger.close()
+
+
+def test_the_import_catalogue_is_large() -> None:
+    """At least 30 crafted import files, each named once."""
+    names = [name for name, _ in IMPORTS]
+    assert len(IMPORTS) >= 30 and len(set(names)) == len(names)
+
+
+def _key_rows(ledger: SessionLedger) -> list[Any]:
+    return ledger.core.store.keyring.store.records()
+
+
+@pytest.mark.parametrize(("name", "craft"), IMPORTS, ids=[c[0] for c in IMPORTS])
+def test_a_hostile_import_is_invalid_input_naming_the_line_and_records_nothing(
+    make_ledger: Callable[..., SessionLedger],
+    source: Source,
+    name: str,
+    craft: Callable[[Source], Crafted],
+) -> None:
+    """The import raises exactly InvalidInput, naming the crafted line; the empty ledger stays
+    empty -- no event, no snapshot, no data key."""
+    ledger = make_ledger()
+    crafted = craft(source)
+    before = store_state(ledger)
+    with pytest.raises(InvalidInput) as raised:
+        ledger.import_(crafted.lines)
+    assert type(raised.value) is InvalidInput, f"{name}: {raised.value}"
+    assert f"Line {crafted.line}" in str(raised.value), f"{name}: {raised.value}"
+    assert store_state(ledger) == before and _key_rows(ledger) == []
+    assert ledger.import_(_dump(source.records)).events == len(source.records) - 1  # still empty
+
+
+# A mutation of one line of a real export: a JSON value somewhere in it replaced, a field
+# dropped or added, or a character of its text changed, dropped or put in.
+JSON_VALUE = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+              st.floats(allow_nan=False), st.text(max_size=12)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=6,
+)  # fmt: skip
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [path]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found += _paths(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found += _paths(v, (*path, i))
+    return found
+
+
+def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {**value, head: _replaced(value[head], rest, new)}
+    copied = list(value)
+    copied[head] = _replaced(value[head], rest, new)
+    return copied
+
+
+@st.composite
+def mutated_exports(draw: st.DrawFn, records: Records) -> tuple[list[str], int]:
+    at = draw(st.integers(0, len(records) - 1))
+    text = json.dumps(records[at], ensure_ascii=False)
+    kind = draw(st.sampled_from(["value", "drop", "add", "text"]))
+    if kind == "text":
+        spot = draw(st.integers(0, len(text)))
+        piece = draw(st.text(min_size=0, max_size=3))
+        cut = draw(st.integers(0, 3))
+        mutated = text[:spot] + piece + text[spot + cut :]
+    else:
+        paths = _paths(records[at])
+        path = draw(st.sampled_from(paths))
+        if kind == "value":
+            new = _replaced(records[at], path, draw(JSON_VALUE))
+        elif kind == "drop" and path:
+            parent = path[:-1]
+            container = records[at]
+            for step in parent:
+                container = container[step]
+            trimmed = (
+                {k: v for k, v in container.items() if k != path[-1]}
+                if isinstance(container, dict)
+                else [v for i, v in enumerate(container) if i != path[-1]]
+            )
+            new = _replaced(records[at], parent, trimmed)
+        else:
+            new = (
+                _replaced(
+                    records[at], (), {**records[at], draw(st.text(max_size=6)): draw(JSON_VALUE)}
+                )
+                if isinstance(records[at], dict)
+                else records[at]
+            )
+        mutated = json.dumps(new, ensure_ascii=False)
+    lines = _dump(records)
+    lines[at] = mutated
+    return lines, at + 1
+
+
+@settings(
+    max_examples=120, deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)  # fmt: skip
+@given(data=st.data())
+def test_any_mutated_export_line_imports_or_is_invalid_input_and_records_nothing(
+    source: Source, data: st.DataObject, backend: str, database_url: str, tmp_path: Path
+) -> None:
+    """One line of a real export mutated anyhow (rechained or not): the import either
+    succeeds -- and then the ledger verifies deep and every session loads -- or raises
+    exactly InvalidInput naming a line of the file, leaving the ledger empty."""
+    rechain = data.draw(st.booleans())
+    records = _rechained(source.records) if rechain else source.records
+    lines, _ = data.draw(mutated_exports(records))
+    # Each example imports into an empty ledger: on SQLite a file of its own (an in-memory
+    # ledger cannot read a data key while verify streams its rows on its one connection),
+    # on PostgreSQL the test's schema, emptied afterwards.
+    url = f"sqlite:///{tmp_path / uuid.uuid4().hex}.db" if backend == "sqlite" else database_url
+    with SessionLedger(url) as ledger:
+        try:
+            _import_mutated(ledger, lines)
+        finally:
+            if backend == "postgres":
+                with ledger.core.store.event_recorder.engine.begin() as connection:
+                    connection.exec_driver_sql(
+                        "TRUNCATE chatledger_events, chatledger_snapshots, chatledger_keys"
+                    )
+
+
+def _import_mutated(ledger: SessionLedger, lines: list[Any]) -> None:
+    try:
+        result = ledger.import_(lines)
+    except InvalidInput as error:
+        assert type(error) is InvalidInput
+        assert re.search(r"\bLine (\d+)", str(error)), str(error)
+        assert store_state(ledger).events == 0 and _key_rows(ledger) == []
+        return
+    assert result.events >= 1
+    assert ledger.verify(ADMIN, deep=True).ok
+    starts = [json.loads(line) for line in list(ledger.export(ADMIN))[1:]]
+    for start in (r for r in starts if r["version"] == 1):
+        tenant, key = start["tenant"], start["key"]
+        if key.startswith("~state:"):  # a shared state scope
+            ledger.shared_state(ADMIN, key.removeprefix("~state:"), account_id=tenant)
+            continue
+        assert ledger.history(ADMIN, key, account_id=tenant)
+        with contextlib.suppress(UnknownSession):  # (deleted: its history stays)
+            ledger.session(ADMIN, key, account_id=tenant)

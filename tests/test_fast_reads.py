@@ -676,7 +676,7 @@ def _rewrite_message(ledger: SessionLedger, nth: int, field: str, value: Any) ->
         for record in edited:
             if record["position"] == target["position"]:
                 payload = json.loads(_state_bytes(record))
-                record.pop("event", None)
+                record.pop("stored", None)
                 payload[field] = value
                 record["state"] = json.dumps(payload, separators=(",", ":"))
 

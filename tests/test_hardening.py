@@ -458,7 +458,7 @@ def _rehash(header: str, records: list[dict[str, Any]]) -> list[str]:
     """The records with every hash recomputed to fit (possible without a chain_key)."""
     previous: dict[str, bytes] = {}
     for r in sorted(records, key=lambda r: (r["session_id"], r["version"])):
-        state = json.dumps(r["event"], ensure_ascii=False, separators=(",", ":")).encode()
+        state = json.dumps(r["stored"], ensure_ascii=False, separators=(",", ":")).encode()
         digest = chain_hash(
             previous.get(r["session_id"], GENESIS),
             position=r["position"],
@@ -474,15 +474,15 @@ def _rehash(header: str, records: list[dict[str, Any]]) -> list[str]:
 
 
 def test_export_payloads_are_json_objects(make_ledger: Callable[..., SessionLedger]) -> None:
-    """Export format 3 carries each payload as a JSON object that re-encodes to the stored
-    bytes: a message's text itself without encryption (stored form 2), its ciphertext
-    (``sealed``) with it."""
+    """Export format 4 carries each stored payload as a JSON object that re-encodes to the
+    stored bytes: a message's text itself without encryption (stored form 2), its
+    ciphertext (``sealed``) with it."""
     text = 'naïve ✓ "quoted" \\ back\nslash'
     make_ledger().add_message(ALICE, "plain", "user", text)
     make_ledger(encryption=True).add_message(ALICE, "sealed", "user", text)
     header, records = _export_records(make_ledger())
-    assert json.loads(header)["format_version"] == 3
-    added = {r["key"]: r["event"] for r in records if r["type"] == "MessageAdded"}
+    assert json.loads(header)["format_version"] == 4
+    added = {r["key"]: r["stored"] for r in records if r["type"] == "MessageAdded"}
     assert added["plain"]["c"] == text
     assert "c" not in added["sealed"] and added["sealed"]["sealed"]["c"]
     assert all("state" not in r for r in records)
@@ -496,7 +496,7 @@ def test_import_refuses_a_session_whose_id_does_not_derive_from_tenant_and_key(
     ledger.add_message(BOB, "b1", "user", "theirs")
     header, records = _export_records(ledger)
     started = next(r for r in records if r["tenant"] == "acme" and r["version"] == 1)
-    started["event"]["tenant"] = "globex"  # the same stream id, now claiming another tenant
+    started["stored"]["tenant"] = "globex"  # the same stream id, now claiming another tenant
     before = store_state(target)
     with pytest.raises(InvalidInput, match="tenant 'globex'"):
         target.import_(_rehash(header, records))
@@ -511,7 +511,7 @@ def test_import_refuses_a_fork_naming_another_tenants_origin(
     ledger.fork(ALICE, "s1", 2, "copy")
     header, records = _export_records(ledger)
     forked = next(r for r in records if r["type"] == "Forked")
-    forked["event"]["origin_session_id"] = str(uuid.uuid5(uuid.NAMESPACE_DNS, "elsewhere"))
+    forked["stored"]["origin_session_id"] = str(uuid.uuid5(uuid.NAMESPACE_DNS, "elsewhere"))
     with pytest.raises(InvalidInput, match="fork naming origin"):
         target.import_(_rehash(header, records))
 
@@ -521,13 +521,13 @@ def test_verify_reports_a_stored_identity_that_does_not_derive(ledger: SessionLe
     ledger.add_message(ALICE, "s1", "user", "mine")
     header, records = _export_records(ledger)
     started = records[0]
-    started["event"]["tenant"] = "globex"
+    started["stored"]["tenant"] = "globex"
     for line in _rehash(header, records)[1:]:  # the whole session, so the chain holds
         forged = json.loads(line)
         _raw(
             ledger,
             "UPDATE chatledger_events SET state = :state, hash = :hash WHERE id = :id",
-            state=json.dumps(forged["event"], ensure_ascii=False, separators=(",", ":")).encode(),
+            state=json.dumps(forged["stored"], ensure_ascii=False, separators=(",", ":")).encode(),
             hash=bytes.fromhex(forged["hash"]),
             id=forged["position"],
         )

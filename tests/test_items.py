@@ -61,7 +61,7 @@ def test_items_round_trip_exactly_and_in_order(make_ledger: Callable[..., Sessio
     assert [m.as_item() for m in reader.items(ALICE, "s1")] == ITEMS
     assert [m.as_item() for m in reader.session(ALICE, "s1").buffer] == ITEMS
     exported = [json.loads(line) for line in reader.export(ALICE, "s1")][1:]
-    stored = [r["event"]["x"] for r in exported if r["type"] == "MessageAdded"]  # verbatim
+    stored = [r["stored"]["x"] for r in exported if r["type"] == "MessageAdded"]  # verbatim
     assert stored == ITEMS
 
 

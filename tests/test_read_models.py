@@ -839,3 +839,106 @@ def test_an_unusable_read_model_database_is_store_unavailable(ledger: SessionLed
     """A projections database that cannot be opened raises StoreUnavailable."""
     with pytest.raises(StoreUnavailable):
         ReadModels(ledger, url="sqlite:////nonexistent-dir/sub/views.db")
+
+
+# --------------------------------------------- rebuilds in several processes at once
+def _rebuild_in_processes(url: str, count: int, *, busy_timeout: str = "10") -> list[Any]:
+    """``chatledger rebuild --all`` in ``count`` processes released together; their results."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\nfrom chatledger.cli import main\nsys.stdin.readline()\n"
+        "sys.exit(main(['rebuild', '--all', '--url', sys.argv[1], '--json']))\n"
+    )
+    env = {**__import__("os").environ, "CHATLEDGER_BUSY_TIMEOUT": busy_timeout}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(count)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [p.communicate(timeout=120) for p in procs]
+        return [(p.returncode, *output) for p, output in zip(procs, outputs, strict=True)]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=60)
+
+
+def _rows(models: ReadModels) -> dict[str, Any]:
+    with models.engine.connect() as connection:
+        return {name: dump_rows(connection, name) for name in READ_MODEL_NAMES}
+
+
+def _big_ledger(make_ledger: Callable[..., SessionLedger]) -> SessionLedger:
+    ledger = make_ledger()
+    for s in range(12):
+        ledger.add_messages(
+            ALICE, f"s{s}",
+            [{"role": "user", "content": f"m {i}", "tool_call": {"tool_name": "t"}}
+             for i in range(250)],
+        )  # fmt: skip
+        ledger.commit(ALICE, f"s{s}")
+    return ledger
+
+
+def test_rebuilds_in_three_processes_at_once_all_succeed_with_the_same_rows(
+    make_ledger: Callable[..., SessionLedger], database_url: str
+) -> None:
+    """Three processes rebuild every read model at once: each one finishes (none fails with
+    "database is locked"), and the rows are those of one rebuild alone."""
+    ledger = _big_ledger(make_ledger)
+    with ReadModels(ledger) as models:
+        models.rebuild()
+        alone = _rows(models)
+        for _ in range(2):
+            outcomes = _rebuild_in_processes(database_url, 3)
+            for code, out, err in outcomes:
+                assert code == 0 and "locked" not in err, (code, out, err)
+            assert _rows(models) == alone
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # (PostgreSQL has no such lock)
+def test_a_rebuild_waits_out_a_write_lock_held_past_the_busy_timeout(
+    make_ledger: Callable[..., SessionLedger], database_url: str
+) -> None:
+    """Another process holds SQLite's write lock three times the busy timeout (as a rebuild's
+    span of a million events may): a rebuild takes its turn after it instead of failing."""
+    import subprocess
+    import sys
+
+    ledger = _big_ledger(make_ledger)
+    with ReadModels(ledger) as models:
+        models.catch_up()  # the read models exist, as where a rebuild is run
+    path = database_url.removeprefix("sqlite:///")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sqlite3, sys, time\nc = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         "c.execute('BEGIN IMMEDIATE')\nprint('HELD', flush=True)\ntime.sleep(3)\n"
+         "c.execute('COMMIT')\n", path],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "HELD"
+        started = time.monotonic()
+        ((code, _, err),) = _rebuild_in_processes(database_url, 1, busy_timeout="1")
+        assert code == 0, err
+        assert time.monotonic() - started >= 2  # it waited for the holder
+    finally:
+        holder.wait(timeout=60)
+    with ReadModels(ledger) as models:
+        kept = _rows(models)
+        models.rebuild()
+        assert _rows(models) == kept

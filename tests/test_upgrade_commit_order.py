@@ -44,6 +44,8 @@ def exported_before(backend: str) -> list[str]:
 
 def _payload(record: dict[str, Any]) -> Any:
     """An exported event's payload, decoded, whichever way the export format wrote it."""
+    if "stored" in record:  # format 4 (its "event" is the event as every output shows it)
+        return record["stored"]
     return record["event"] if "event" in record else json.loads(record["state"])
 
 

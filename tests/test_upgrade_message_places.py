@@ -47,14 +47,26 @@ def live_before(backend: str) -> dict[str, list[str]]:
 def test_an_old_ledger_verifies_exports_and_reads_its_ids_as_before(
     old_url: str, backend: str, live_before: dict[str, list[str]]
 ) -> None:
-    """Deep verify passes, the export is the earlier one line for line, live ids are kept."""
+    """Deep verify passes, the export holds the earlier one's rows (every hashed value, the
+    stored payload byte for byte) in the same order, live ids are kept."""
     with SessionLedger(old_url) as ledger:
         assert ledger.verify(ADMIN, deep=True).ok
         exported = list(ledger.export(ADMIN))
         for key, ids in live_before.items():
             assert [m.id for m in ledger.session(ALICE, key).buffer] == ids
     before = (FIXTURES / f"{_name(backend)}.export.jsonl").read_text().splitlines()
-    assert exported[1:] == before[1:]
+    assert [_hashed(line) for line in exported[1:]] == [_hashed(line) for line in before[1:]]
+
+
+def _hashed(line: str) -> tuple[object, ...]:
+    """What an export line says of its stored row, whatever its format version (the stored
+    payload is ``stored`` since format 4, ``event`` before, or ``state`` text)."""
+    record = json.loads(line)
+    stored = record["stored"] if "stored" in record else record.get("event", record.get("state"))
+    return (
+        record["position"], record["session_id"], record["version"], record["topic"],
+        record["timestamp_us"], stored, record["hash"],
+    )  # fmt: skip
 
 
 def _committed_ids(url: str) -> list[object]:

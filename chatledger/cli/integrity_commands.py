@@ -9,7 +9,7 @@ empty ledger (the only command here that may create a database).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -135,15 +135,25 @@ def import_(
     file: Annotated[
         Path, typer.Argument(metavar="FILE", help="A file written by `chatledger export`.")
     ],
+    allow_missing_keys: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing-keys",
+            help="Import content whose data keys the file lacks; it reads as erased.",
+        ),
+    ] = False,
     *,
     call: Invocation,
 ) -> None:
     """Load an export into an empty ledger.
 
-    Every chain is verified first; nothing is imported from a broken file. The
-    ledger at --url is created if it does not exist; one that already holds
-    events is refused before the file is read (exit code 2). Progress (reading,
-    verifying, writing) goes to stderr.
+    Every line and chain is checked first; nothing is imported from a broken
+    file (exit code 2, naming the line). The ledger at --url is created if it
+    does not exist; one that already holds events is refused before the file
+    is read (exit code 2). Encrypted content whose data key the file does not
+    bring is refused too, unless --allow-missing-keys (it then reads as
+    erased). An import interrupted at any step imports when run again.
+    Progress (reading, verifying, writing) goes to stderr.
 
     \b
     Example:
@@ -153,19 +163,48 @@ def import_(
         fail(f"No such file: {file}", ExitCode.NOT_FOUND)
     with call.ledger(create=True) as ledger:
         if call.as_json:
-            with file.open(encoding="utf-8") as source:
-                result = ledger.import_(source)
+            result = ledger.import_(_lines(file), allow_missing_keys=allow_missing_keys)
         else:
-            result = _import_with_progress(ledger, file, call)
+            result = _import_with_progress(ledger, file, call, allow_missing_keys)
     if call.as_json:
         print_json(result)
-    else:
-        call.console().print(
-            f"Imported {result.events} events of {result.sessions} sessions into {call.database}."
+        return
+    console = call.console()
+    console.print(
+        f"Imported {result.events} events of {result.sessions} sessions into {call.database}."
+    )
+    if result.erased_sessions:
+        console.print(
+            f"{result.erased_sessions} of them were erased before the export: their content "
+            "reads as \\[erased]."
+        )
+    if result.unreadable_sessions:
+        console.print(
+            f"[bold]{result.unreadable_sessions} of them read as \\[erased]: the file lacks their "
+            "data keys (--allow-missing-keys).[/]"
         )
 
 
-def _import_with_progress(ledger: SessionLedger, file: Path, call: Invocation) -> ImportResult:
+def _lines(file: Path, seen: Callable[[str], None] | None = None) -> Iterator[str]:
+    """The lines of ``file``; one that is not UTF-8 is ``InvalidInput`` naming it."""
+    from chatledger.errors import InvalidInput
+
+    with file.open("rb") as source:
+        for number, raw in enumerate(source, start=1):
+            try:
+                line = raw.decode()
+            except UnicodeDecodeError:
+                raise InvalidInput(
+                    f"Line {number} of {file} is not UTF-8 text; nothing was imported."
+                ) from None
+            if seen is not None:
+                seen(line)
+            yield line
+
+
+def _import_with_progress(
+    ledger: SessionLedger, file: Path, call: Invocation, allow_missing_keys: bool
+) -> ImportResult:
     """``ledger.import_`` with a bar per phase on stderr: read (bytes), verify, write."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -177,11 +216,8 @@ def _import_with_progress(ledger: SessionLedger, file: Path, call: Invocation) -
             "write": bar.add_task("writing", total=None, visible=False),
         }
 
-        def lines() -> Iterator[str]:
-            with file.open(encoding="utf-8") as source:
-                for line in source:  # the first is read once the ledger was found empty
-                    bar.update(tasks["read"], advance=len(line), visible=True)
-                    yield line
+        def seen(line: str) -> None:  # the first is read once the ledger was found empty
+            bar.update(tasks["read"], advance=len(line.encode()), visible=True)
 
         def progress(phase: str, done: int, total: int) -> None:
             task = tasks.get(phase)
@@ -193,4 +229,6 @@ def _import_with_progress(ledger: SessionLedger, file: Path, call: Invocation) -
             if phase == "verify" and done == total:  # writing reports only when done
                 bar.update(tasks["write"], visible=True)
 
-        return ledger.import_(lines(), progress=progress)
+        return ledger.import_(
+            _lines(file, seen), progress=progress, allow_missing_keys=allow_missing_keys
+        )

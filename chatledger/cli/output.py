@@ -42,13 +42,9 @@ def print_json_line(data: object) -> None:
 
 
 def event_record(item: LedgerEvent) -> dict[str, object]:
-    """One ``log --json`` line: the history row, its summary and the whole event."""
-    from chatledger.projections.describe import describe_event
-
-    record = item.model_dump(mode="json", exclude={"event"})
-    record["summary"] = describe_event(item.event)
-    record["event"] = item.event.model_dump(mode="json")  # the concrete event: every field
-    return record
+    """One ``log --json`` line: the history row, its summary and the whole event (the shape
+    of ``LedgerEvent.as_json``, which export lines share)."""
+    return item.as_json()
 
 
 # ------------------------------------------------------------- the decorator

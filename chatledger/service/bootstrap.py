@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from chatledger.adapters.chain_key import check_chain_key
-from chatledger.adapters.database import SQLAlchemyError, create_store_engine, sqlite_file
+from chatledger.adapters.database import (
+    SQLITE_HEADER,
+    SQLAlchemyError,
+    create_store_engine,
+    sqlite_file,
+)
 from chatledger.adapters.key_store import SqlKeyStore
 from chatledger.adapters.keyring import KeyRing
 from chatledger.adapters.schema import create_tables, keys_table, require_tables
@@ -92,14 +97,15 @@ def open_store(
     else only checked (``LedgerNotFound`` for a missing ledger); the chain key checked;
     content sealed with keys from ``key_store`` (default: the database's key table)."""
     path = sqlite_file(settings.url)
-    if not settings.create_tables and path is not None and not Path(path).is_file():
-        raise LedgerNotFound(
-            f"No chatledger database at {path} (the file does not exist). Check the URL; "
-            "a new ledger is created only with table creation on (create_tables=True)."
-        )
+    if not settings.create_tables and path is not None:
+        _check_sqlite_file(Path(path))
+    # Without table creation nothing is written before the file is known to be a ledger
+    # (require_tables): not even the switch to WAL mode, which a ledger has since it was
+    # created -- and an opener that only reads never writes at all.
     engine = create_store_engine(
-        settings.url, synchronous=settings.sqlite_synchronous, busy_timeout=settings.busy_timeout
-    )
+        settings.url, synchronous=settings.sqlite_synchronous, busy_timeout=settings.busy_timeout,
+        wal=settings.create_tables,
+    )  # fmt: skip
     try:
         if settings.create_tables:
             create_tables(engine)
@@ -130,3 +136,20 @@ def open_store(
             f"Cannot open the event store at {engine.url!r}: {error}. Check the URL "
             "and that the database is running."
         ) from error
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """``LedgerNotFound`` unless ``path`` is a file that may hold a SQLite database (read
+    only: its first bytes)."""
+    if not path.is_file():
+        raise LedgerNotFound(
+            f"No chatledger database at {path} (the file does not exist). Check the URL; "
+            "a new ledger is created only with table creation on (create_tables=True)."
+        )
+    with path.open("rb") as file:
+        start = file.read(len(SQLITE_HEADER))
+    if start and start != SQLITE_HEADER:
+        raise LedgerNotFound(
+            f"{path} is not a SQLite database, so it holds no chatledger ledger; check the "
+            "URL. Nothing was changed."
+        )

@@ -21,20 +21,21 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import UUID
 
 from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target
-from chatledger.domain.events import ArchiveMerged, Committed, new_id
+from chatledger.domain.events import Committed, new_id
 from chatledger.domain.failures import ConcurrencyConflict, InvalidInput, StoreUnavailable
-from chatledger.domain.limits import Limits, check_int, check_summary, error_text
+from chatledger.domain.limits import Limits, check_summary, error_text
 from chatledger.domain.ports import ArchiveBody, ArchiveStore, Summarizer, Summary
 from chatledger.domain.quality import entity_retention_ratio, information_retention_ratio
 from chatledger.domain.session import Session
 from chatledger.domain.values import ArchiveSummary, Message, Principal, estimate_tokens
 from chatledger.results import CommitResult, CommitTask, MergeResult
-from chatledger.service.messages import KEY_REUSED
+from chatledger.service import merges, retries
 from chatledger.service.sessions import AlreadyRecorded, SessionStore, check_expected
 from chatledger.service.working import derived_objective
 
@@ -59,6 +60,23 @@ class CommitPolicy:
     derive_objective: bool = False
 
 
+_MAX_TURNS = 8
+"""How often a commit starts over after other writers committed its messages first."""
+
+
+class _Superseded(ConcurrencyConflict):
+    """Another writer committed some of a commit's messages before it was recorded."""
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What a commit call asks for, as a retry with its key must ask it again."""
+
+    message_ids: list[str] | None  # None: the whole buffer
+    kept: bool
+    archive_id: str | None
+
+
 @dataclass(frozen=True)
 class _Pending:
     """What phase 1 of a commit captured: the exact messages to archive."""
@@ -71,6 +89,7 @@ class _Pending:
     archive_id: str | None = None  # the caller's, or a fresh one
     kept: bool = False  # a snapshot archive: the messages stay live
     seal: Callable[[ArchiveBody], ArchiveBody] | None = None  # encrypts the archive body
+    asked: _Asked = _Asked(None, False, None)
 
 
 class CommitRunner:
@@ -114,49 +133,74 @@ class CommitRunner:
         the buffer with ``kept``, under ``archive_id`` if given). Every commit gets a task
         record (``task()``), whether the caller waits for it or not."""
         sid = target.session_id
+        asked = _Asked(message_ids, kept, archive_id)
         if idempotency_key is not None:  # recorded already: never summarise again
-            rows = self.sessions.keyed_rows(sid, idempotency_key)
+            with self.sessions.lock(sid):
+                rows = self.sessions.recorded_write(sid, idempotency_key)
             if rows:
-                return self._commit_recorded(rows)
-        with self.sessions.lock(sid):
-            session = self.sessions.require(target)
-            session.require_writable()
-            if expected_version is not None:
-                check_expected(session, expected_version)
-            if message_ids is not None:
-                missing = session.missing_ids(message_ids)
-                if missing:
-                    raise InvalidInput(
-                        f"Messages {sorted(missing)} are not in the live buffer of "
-                        f"{target.key!r}; pass ids of uncommitted messages. Nothing was recorded."
-                    )
-            with self._guard:
-                if sid in self._inflight:
-                    return CommitResult(
-                        status="skipped", archived=False, reason="commit_in_progress"
-                    )
-                if not session.buffer:
-                    return CommitResult(status="skipped", archived=False, reason="empty_buffer")
-                self._inflight.add(sid)
-            chosen = set(message_ids) if message_ids is not None else None
-            messages = [m for m in session.buffer.values() if chosen is None or m.id in chosen]
-            sealer = self.body_sealer
-            seal = None if sealer is None or self.archive_store is None else sealer(session)
+                return self._commit_recorded(rows, asked)
         task_id = new_id()
-        pending = _Pending(
-            target, messages, new_id(), idempotency_key, task_id, archive_id, kept, seal
-        )
+        taken = self._take(target, asked, idempotency_key, task_id, expected_version)
+        if isinstance(taken, CommitResult):
+            return taken
         self._tasks[task_id] = CommitTask(task_id=task_id, key=target.key, status="processing")
         if wait:
-            return self._run_task(task_id, principal, pending)
+            return self._run_task(task_id, principal, taken)
         try:
-            self._executor_for_commits().submit(self._run_task, task_id, principal, pending)
+            self._executor_for_commits().submit(self._run_task, task_id, principal, taken)
         except RuntimeError as error:  # the executor is shut down
             with self._guard:
                 self._inflight.discard(sid)
             del self._tasks[task_id]
             raise StoreUnavailable("This ledger is closing; commit not started.") from error
         return CommitResult(status="processing", task_id=task_id)
+
+    def _take(
+        self,
+        target: Target,
+        asked: _Asked,
+        idempotency_key: str | None,
+        task_id: str,
+        expected_version: int | None = None,
+        *,
+        again: bool = False,
+    ) -> _Pending | CommitResult:
+        """Phase 1 under the session's lock: the exact messages to archive (the session now
+        marked in flight), or why there is nothing to commit. ``again``: this commit already
+        holds the in-flight mark, and its messages were committed by another writer."""
+        sid = target.session_id
+        with self.sessions.lock(sid):
+            session = self.sessions.require(target)
+            session.require_writable()
+            if expected_version is not None:
+                check_expected(session, expected_version)
+            if asked.message_ids is not None:
+                missing = session.missing_ids(asked.message_ids)
+                if missing and again:
+                    return CommitResult(
+                        status="skipped", archived=False, reason="already_committed"
+                    )
+                if missing:
+                    raise InvalidInput(
+                        f"Messages {sorted(missing)} are not in the live buffer of "
+                        f"{target.key!r}; pass ids of uncommitted messages. Nothing was recorded."
+                    )
+            with self._guard:
+                if sid in self._inflight and not again:
+                    return CommitResult(
+                        status="skipped", archived=False, reason="commit_in_progress"
+                    )
+                if not session.buffer:
+                    return CommitResult(status="skipped", archived=False, reason="empty_buffer")
+                self._inflight.add(sid)
+            chosen = set(asked.message_ids) if asked.message_ids is not None else None
+            messages = [m for m in session.buffer.values() if chosen is None or m.id in chosen]
+            sealer = self.body_sealer
+            seal = None if sealer is None or self.archive_store is None else sealer(session)
+        return _Pending(
+            target, messages, new_id(), idempotency_key, task_id, asked.archive_id, asked.kept,
+            seal, asked,
+        )  # fmt: skip
 
     def in_flight(self, sid: UUID) -> bool:
         """Whether a commit of that session is running in this ledger."""
@@ -194,35 +238,53 @@ class CommitRunner:
 
     def _finish(self, principal: Principal, pending: _Pending) -> CommitResult:
         try:
-            try:
-                archive = self._summarise(pending)
-                self._record(principal, pending, archive)
-            except AlreadyRecorded as done:  # a racing retry with the same key landed first
-                return self._commit_recorded(done.rows)
-            except Exception as error:
-                text = error_text(error)
-                logger.warning("commit of session %r failed: %s", pending.target.key, text)
-                self._record_failure(principal, pending, text)
-                return CommitResult(
-                    status="failed",
-                    archived=False,
-                    reason="commit_failed",
-                    error=text,
-                    message_ids=tuple(m.id for m in pending.messages),
-                )
-            logger.info(
-                "committed %d messages of session %r into archive %s",
-                len(archive.message_ids), pending.target.key, archive.archive_id,
-            )  # fmt: skip
+            turns = 0
+            while True:
+                try:
+                    archive = self._summarise(pending)
+                    self._record(principal, pending, archive)
+                    break
+                except _Superseded:
+                    # Another writer (another process) committed some of these messages
+                    # meanwhile: not a failure of this commit. Take its turn after that
+                    # one, from phase 1 with the buffer as it is now (never recording a
+                    # summary of a set other than the one summarised).
+                    turns += 1
+                    if turns >= _MAX_TURNS:
+                        raise
+                    again = self._take(
+                        pending.target, pending.asked, pending.idempotency_key,
+                        pending.task_id, again=True,
+                    )  # fmt: skip
+                    if isinstance(again, CommitResult):
+                        return again
+                    pending = again
+        except AlreadyRecorded as done:  # a racing retry with the same key landed first
+            return self._commit_recorded(done.rows, pending.asked)
+        except Exception as error:
+            text = error_text(error)
+            logger.warning("commit of session %r failed: %s", pending.target.key, text)
+            self._record_failure(principal, pending, text)
             return CommitResult(
-                status="completed",
-                archived=True,
-                archive_id=archive.archive_id,
-                message_ids=archive.message_ids,
+                status="failed",
+                archived=False,
+                reason="commit_failed",
+                error=text,
+                message_ids=tuple(m.id for m in pending.messages),
             )
         finally:
             with self._guard:
                 self._inflight.discard(pending.target.session_id)
+        logger.info(
+            "committed %d messages of session %r into archive %s",
+            len(archive.message_ids), pending.target.key, archive.archive_id,
+        )  # fmt: skip
+        return CommitResult(
+            status="completed",
+            archived=True,
+            archive_id=archive.archive_id,
+            message_ids=archive.message_ids,
+        )
 
     def _summarise(self, pending: _Pending) -> ArchiveSummary:
         summary = check_summary(
@@ -270,7 +332,7 @@ class CommitRunner:
             # Re-applied after a version conflict: the covered set never changes;
             # if another writer already archived some of it, this commit must fail.
             if session.missing_ids(archive.message_ids):
-                raise ConcurrencyConflict(
+                raise _Superseded(
                     "Some of these messages were committed by another writer meanwhile."
                 )
             session.commit(archive, actor=principal, timestamp=now, kept=pending.kept)
@@ -299,11 +361,22 @@ class CommitRunner:
         with contextlib.suppress(Exception):
             self.sessions.write(pending.target.session_id, apply)
 
-    def _commit_recorded(self, rows: list[KeyedRow]) -> CommitResult:
-        """What a keyed commit returned the first time, from its recorded ``Committed``."""
-        event = self.sessions.decode(rows[0].stored)
-        if not isinstance(event, Committed):
-            raise InvalidInput(KEY_REUSED)
+    def _commit_recorded(self, rows: list[KeyedRow], asked: _Asked) -> CommitResult:
+        """What a keyed commit returned the first time, from its recorded ``Committed`` (if
+        the retry asks for that commit: the same messages named, kept or not, archive id)."""
+
+        def same(event: object) -> bool:
+            return (
+                isinstance(event, Committed)
+                and event.kept == asked.kept
+                and (asked.archive_id is None or event.archive.archive_id == asked.archive_id)
+                and (
+                    asked.message_ids is None
+                    or set(event.archive.message_ids) == set(asked.message_ids)
+                )
+            )
+
+        event = retries.first_event(self.sessions, rows, same)
         archive_id = event.archive.archive_id
         with self._guard:  # the first call's own result, with its task id, if still known
             for task in self._tasks.values():
@@ -327,79 +400,16 @@ class CommitRunner:
         idempotency_key: str | None,
         expected_version: int | None = None,
     ) -> MergeResult:
-        """Merge the oldest live archives into one when there are more than ``threshold``."""
-        sid = target.session_id
-        if idempotency_key is not None:
-            rows = self.sessions.keyed_rows(sid, idempotency_key)
-            if rows:
-                return self._merge_recorded(rows)
-        threshold = self.policy.merge_threshold if threshold is None else threshold
-        max_count = self.policy.merge_max_count if max_count is None else max_count
-        check_int(threshold, "threshold", minimum=1)
-        check_int(max_count, "max_count", minimum=2)
-        with self.sessions.lock(sid):
-            current = self.sessions.require(target)
-            current.require_writable()
-            if expected_version is not None:
-                check_expected(current, expected_version)
-            live = list(current.archives)
-        if len(live) < 2:
-            return MergeResult(merged=False, reason="too_few_archives")
-        if len(live) <= threshold:
-            return MergeResult(merged=False, reason="below_threshold")
-        sources = live[: max(2, min(max_count, len(live) - threshold + 1))]
-        source_ids = tuple(a.archive_id for a in sources)
-        try:
-            summary = check_summary(
-                self._summarizer_call(self.summarizer.merge, sources),
-                self.policy.limits,
-                source="The summarizer's merge",
-            )
-            now = self.now()
-            archive = ArchiveSummary(
-                archive_id=new_id(),
-                overview=summary.overview,
-                abstract=summary.abstract,
-                # The covered ids stay with the source archives (ArchiveMerged names
-                # them): repeating them here would make the state grow with history.
-                message_ids=(),
-                tokens=estimate_tokens(summary.overview + summary.abstract),
-                created_at=now,
-                metadata={
-                    **summary.metadata,
-                    "merged_from": list(source_ids),
-                    "message_count": sum(a.covered_count for a in sources),
-                },
-            )
-
-            def apply(session: Session) -> None:
-                if any(a not in {x.archive_id for x in session.archives} for a in source_ids):
-                    raise ConcurrencyConflict(
-                        "Another writer merged these archives meanwhile; call merge again."
-                    )
-                session.merge_archives(archive, source_ids, actor=principal, timestamp=now)
-
-            self.sessions.write(
-                sid, apply, idempotency_key=idempotency_key, expected_version=expected_version
-            )
-        except AlreadyRecorded as done:
-            return self._merge_recorded(done.rows)
-        except Exception as error:
-            logger.warning("merge of session %r failed: %s", target.key, error_text(error))
-            return MergeResult(merged=False, reason="failed", error=error_text(error))
-        return MergeResult(
-            merged=True, archive_id=archive.archive_id, source_archive_ids=source_ids
-        )
-
-    def _merge_recorded(self, rows: list[KeyedRow]) -> MergeResult:
-        event = self.sessions.decode(rows[0].stored)
-        if not isinstance(event, ArchiveMerged):
-            raise InvalidInput(KEY_REUSED)
-        return MergeResult(
-            merged=True,
-            archive_id=event.archive.archive_id,
-            source_archive_ids=tuple(event.source_archive_ids),
-        )
+        """Merge the oldest live archives into one when there are more than ``threshold``
+        (``service.merges``; the policy's threshold and count unless given)."""
+        policy = self.policy
+        return merges.merge(
+            self.sessions, partial(self._summarizer_call, self.summarizer.merge),
+            policy.limits, self.now, principal, target,
+            threshold=policy.merge_threshold if threshold is None else threshold,
+            max_count=policy.merge_max_count if max_count is None else max_count,
+            idempotency_key=idempotency_key, expected_version=expected_version,
+        )  # fmt: skip
 
     # ---------------------------------------------------------- summarizer
     def _summarizer_call(self, method: Callable[[Any], Summary], argument: Any) -> Summary:

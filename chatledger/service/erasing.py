@@ -49,12 +49,13 @@ from chatledger.adapters.keyring import (
 from chatledger.adapters.sealing import open_body
 from chatledger.adapters.shredding import Survey, delete_snapshots, started_sessions, survey
 from chatledger.domain.access import SCOPE_PREFIX, Target
-from chatledger.domain.events import ArchiveMerged, Committed, Forked
+from chatledger.domain.events import ArchiveMerged, Committed, Deleted, Forked
 from chatledger.domain.failures import AccessDenied, ChatLedgerError, InvalidInput, UnknownSession
 from chatledger.domain.ports import ArchiveBody, KeyStore
 from chatledger.domain.session import ErasureScope, Session
 from chatledger.domain.values import Principal
 from chatledger.results import ErasureResult
+from chatledger.service import retries
 from chatledger.service.core import Core
 from chatledger.service.sessions import AlreadyRecorded, unknown
 
@@ -348,7 +349,14 @@ def delete_session(
     ``erase`` insists on that (``InvalidInput`` where it cannot be done)."""
     ring, sessions = core.store.keyring, core.sessions
     with sessions.lock(target.session_id):
+        recorded = (
+            [] if idempotency_key is None
+            else sessions.recorded_write(target.session_id, idempotency_key)
+        )  # fmt: skip
         head = sessions.load(target.session_id)
+    if recorded:  # a retry of a delete that landed (another write under that key: refused)
+        retries.first_event(sessions, recorded, lambda event: isinstance(event, Deleted))
+        return
     if head is None:
         raise UnknownSession(unknown(target.key, target.tenant))
     head.require_present()
@@ -383,7 +391,8 @@ def delete_session(
             target.session_id, apply,
             idempotency_key=idempotency_key, expected_version=expected_version,
         )  # fmt: skip
-    except AlreadyRecorded:
+    except AlreadyRecorded as done:  # a racing retry landed first
+        retries.first_event(sessions, done.rows, lambda event: isinstance(event, Deleted))
         return
     finally:
         sessions.forget(target.session_id)

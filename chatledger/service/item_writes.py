@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target, scope_target
 from chatledger.domain.events import ItemsRemoved, MessageAdded, TailReplaced
 from chatledger.domain.failures import InvalidInput
@@ -32,7 +31,8 @@ from chatledger.domain.values import (
     has_control_characters,
 )
 from chatledger.results import AddedMessage
-from chatledger.service.messages import KEY_REUSED, same_message, unnamed
+from chatledger.service import retries
+from chatledger.service.messages import unnamed
 from chatledger.service.sessions import AlreadyRecorded, Part, SessionStore
 from chatledger.service.writes import added, recorded_messages
 
@@ -93,14 +93,22 @@ def record_with_state(
     shared: dict[str, dict[str, Any]],
     expected_version: int | None,
     idempotency_key: str | None,
-) -> list[AddedMessage]:
+) -> tuple[list[AddedMessage], int]:
     """Append ``messages`` (and the state changes) to the session, and the shared state
-    changes to their scopes -- all in one transaction."""
+    changes to their scopes -- all in one transaction. Returns the messages added and the
+    session's version right after the write."""
+
+    # A keyed write always leaves an event in the session's own stream, where its key is
+    # looked up on a retry: one that changes only shared scopes, an empty StateChanged.
+    mark = idempotency_key is not None and bool(shared)
 
     def apply(session: Session) -> list[tuple[int, str]]:
         session.restart_if_deleted(context, actor=principal, timestamp=now)
         recorded = recorded_messages(session, messages, principal, now)
-        session.change_state(state, actor=principal, timestamp=now)
+        session.change_state(
+            state, actor=principal, timestamp=now,
+            keep_empty=mark and not session.pending_events,
+        )  # fmt: skip
         return recorded
 
     def create() -> Session:
@@ -108,15 +116,16 @@ def record_with_state(
             tenant=target.tenant, key=target.key, actor=principal, timestamp=now, context=context
         )
 
-    reach = len(messages) + 3
+    reach = len(messages) + 4  # a Started, a Reactivated, a StateChanged; one more ends it
+    scopes = [
+        _scope_part(principal, target, scope, changes, now, idempotency_key)
+        for scope, changes in shared.items()
+    ]
     try:
         if shared:  # the scopes' streams change in the same transaction
             parts = [
                 Part(target.session_id, apply, create, idempotency_key, reach, expected_version),
-                *(
-                    _scope_part(principal, target.tenant, scope, changes, now)
-                    for scope, changes in shared.items()
-                ),
+                *(part for part, _ in scopes),
             ]
             written = sessions.write_together(parts)[0]
         else:  # one stream: the plain write, without the multi-stream bookkeeping
@@ -124,40 +133,29 @@ def record_with_state(
                 target.session_id, apply, create=create, idempotency_key=idempotency_key,
                 reach=reach, expected_version=expected_version,
             )  # fmt: skip
-    except AlreadyRecorded as done:  # a retry with the same key: what the first call returned
-        return _items_recorded(sessions, done.rows, messages)
-    return added(written)
-
-
-def _items_recorded(
-    sessions: SessionStore, rows: list[KeyedRow], asked: list[Message]
-) -> list[AddedMessage]:
-    """What a keyed ``add_items`` returned the first time, from the write's stored rows."""
-    recorded = [
-        (row, event.message)
-        for row in rows
-        if isinstance(event := sessions.decode(row.stored), MessageAdded)
-    ][: len(asked)]
-    if len(recorded) != len(asked) or not all(
-        same_message(message, wanted) and message.item == wanted.item
-        for (_, message), wanted in zip(recorded, asked, strict=True)
-    ):
-        raise InvalidInput(KEY_REUSED)
-    pending = recorded[-1][0].pending_tokens if recorded else 0
-    return [
-        AddedMessage(
-            message_id=message.id,
-            version=row.version,
-            pending_tokens=pending,
-            position=row.position,
-        )
-        for row, message in recorded
-    ]
+    except AlreadyRecorded as done:  # a retry: what the first call returned, if it is the same
+        again = retries.added_again(
+            sessions, done.rows, messages, now, reach=reach, context=context, state=state,
+            shared=[
+                (part.sid, part.idempotency_key or "", shared[scope])
+                for (part, scope) in scopes
+            ],
+        )  # fmt: skip
+        return again, done.rows[-1].version
+    return added(written), written.version
 
 
 def _scope_part(
-    principal: Principal, tenant: str, scope: str, changes: dict[str, Any], now: datetime
-) -> Part:
+    principal: Principal,
+    target: Target,
+    scope: str,
+    changes: dict[str, Any],
+    now: datetime,
+    idempotency_key: str | None,
+) -> tuple[Part, str]:
+    """The part of a write that changes the shared scope ``scope`` (under a key of its own
+    when the write is keyed, see ``retries.scope_key``), and the scope."""
+    tenant = target.tenant
     stream = scope_target(principal, scope, tenant)
 
     def apply(session: Session) -> None:
@@ -166,7 +164,8 @@ def _scope_part(
     def create() -> Session:
         return Session.start(tenant=tenant, key=stream.key, actor=principal, timestamp=now)
 
-    return Part(stream.session_id, apply, create)
+    key = None if idempotency_key is None else retries.scope_key(idempotency_key, target.session_id)
+    return Part(stream.session_id, apply, create, key), scope
 
 
 def remove(
@@ -179,8 +178,10 @@ def remove(
     *,
     expected_version: int | None,
     idempotency_key: str | None,
+    same: Callable[[tuple[str, ...]], bool] = lambda ids: True,
 ) -> list[Message]:
-    """Take the items ``choose`` picks out of the buffer (one ``ItemsRemoved``); returns them."""
+    """Take the items ``choose`` picks out of the buffer (one ``ItemsRemoved``); returns them.
+    A retry returns what the first call took if ``same`` says those ids are what it asks."""
 
     def apply(session: Session) -> list[Message]:
         ids = choose(session)
@@ -197,10 +198,11 @@ def remove(
             idempotency_key=idempotency_key,
             expected_version=expected_version,
         )
-    except AlreadyRecorded as done:  # a retry with the same key: what the first call returned
-        event = sessions.decode(done.rows[0].stored)
-        if not isinstance(event, ItemsRemoved) or event.reason != reason:
-            raise InvalidInput(KEY_REUSED) from None
+    except AlreadyRecorded as done:  # a retry: what the first call returned, if it is the same
+        event = retries.first_event(
+            sessions, done.rows,
+            lambda e: isinstance(e, ItemsRemoved) and e.reason == reason and same(e.message_ids),
+        )  # fmt: skip
         before = sessions.store.load(target.session_id, done.rows[0].version - 1)
         return [before.buffer[i] for i in event.message_ids]
     return written.outcome
@@ -230,11 +232,21 @@ def replace_tail(
             idempotency_key=idempotency_key,
             expected_version=expected_version,
         )
-    except AlreadyRecorded as done:  # a retry with the same key: what the first call returned
+    except AlreadyRecorded as done:  # a retry: what the first call returned, if it is the same
         row = done.rows[0]
-        event = sessions.decode(row.stored)
-        if not isinstance(event, TailReplaced) or len(event.messages) != len(messages):
-            raise InvalidInput(KEY_REUSED) from None
+
+        def same(event: object) -> bool:
+            return (
+                isinstance(event, TailReplaced)
+                and list(event.removed_ids) == expected_ids
+                and len(event.messages) == len(messages)
+                and all(
+                    retries.same_message(m, event.timestamp, wanted, now)
+                    for m, wanted in zip(event.messages, messages, strict=True)
+                )
+            )
+
+        event = retries.first_event(sessions, done.rows, same)
         return [
             AddedMessage(
                 message_id=m.id,

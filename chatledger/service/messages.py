@@ -135,22 +135,6 @@ def idempotency_key(key: object) -> str | None:
     return None if key is None else validate_key(key, what="idempotency key")
 
 
-KEY_REUSED = (
-    "That idempotency key was already used for a different write in this session; use a "
-    "fresh key for each distinct write (and the same key only to retry the same call)."
-)
-
-
-def same_message(recorded: Message, asked: Message) -> bool:
-    """Whether a retry asks for the message that was recorded (ids aside: they may be new)."""
-    return (recorded.role, recorded.content, recorded.name, recorded.tool_call) == (
-        asked.role,
-        asked.content,
-        asked.name,
-        asked.tool_call,
-    )
-
-
 def unnamed(message_id: str | None, **fields: Any) -> Message:
     """A validated ``Message`` of ``fields``: with ``message_id``, or else without an id
     (``""``), one its session names as it records it (``Session.add_message``)."""

@@ -36,6 +36,7 @@ from chatledger.domain.eventsourced import SessionEvent
 from chatledger.domain.failures import (
     ConcurrencyConflict,
     InvalidInput,
+    SessionErased,
     StoreUnavailable,
     UnknownSession,
 )
@@ -256,9 +257,26 @@ class SessionStore:
         """The domain event of a stored row."""
         return self.store.mapper.to_domain_event(stored)
 
-    def keyed_rows(self, sid: UUID, idempotency_key: str, reach: int = 1) -> list[KeyedRow]:
-        """The rows of the write recorded with ``idempotency_key`` (empty if none)."""
-        return self.store.event_recorder.keyed_rows(sid, idempotency_key, reach)
+    def recorded_write(self, sid: UUID, idempotency_key: str, reach: int = 1) -> list[KeyedRow]:
+        """The rows (at most ``reach``) of the write recorded with ``idempotency_key`` in the
+        session, empty if none; the caller holds its lock. A write's rows are consecutive
+        versions of one moment and, on PostgreSQL, one transaction. ``SessionErased`` if the
+        session was erased since: erased content cannot answer a retry."""
+        rows = self.store.event_recorder.keyed_rows(sid, idempotency_key, reach)
+        write = rows[:1]
+        for row in rows[1:]:
+            last = write[-1]
+            if (row.version, row.tx, _moment(row)) != (last.version + 1, last.tx, _moment(last)):
+                break  # a later write's
+            write.append(row)
+        session = self.load(sid) if write else None
+        if session is not None and session.erased:
+            raise SessionErased(
+                f"Session {session.key!r} was erased after the write under idempotency key "
+                f"{idempotency_key!r} was recorded: its content is gone and it takes no more "
+                "writes. Start a new session under another key. Nothing was recorded."
+            )
+        return write
 
     # -------------------------------------------------------------- writes
     def write(
@@ -288,7 +306,7 @@ class SessionStore:
             while attempts < _MIN_WRITE_ATTEMPTS or time.monotonic() < deadline:
                 attempts += 1
                 if idempotency_key is not None:
-                    recorded = self.keyed_rows(sid, idempotency_key, reach)
+                    recorded = self.recorded_write(sid, idempotency_key, reach)
                     if recorded:
                         raise AlreadyRecorded(recorded)
                 # A cached copy needs no fast-forward: a stale one conflicts on append.
@@ -327,8 +345,9 @@ class SessionStore:
     def write_together(self, parts: Sequence[Part]) -> list[Written[Any]]:
         """Write several sessions in one transaction: every part's events, or none.
 
-        The first part is the session the caller writes; the others are streams
-        that must change with it (shared state scopes). Locks are taken in a
+        The first part is the session the caller writes (a keyed write is looked up
+        in its stream); the others are streams that must change with it (shared
+        state scopes). Locks are taken in a
         fixed order (by id), so two such writes never deadlock; a conflict on
         any stream reloads all and re-applies all.
         """
@@ -341,11 +360,12 @@ class SessionStore:
             while attempts < _MIN_WRITE_ATTEMPTS or time.monotonic() < deadline:
                 attempts += 1
                 sessions: list[Session] = []
+                first = parts[0]  # the caller's session: where the write's key is looked up
+                if first.idempotency_key is not None:
+                    recorded = self.recorded_write(first.sid, first.idempotency_key, first.reach)
+                    if recorded:
+                        raise AlreadyRecorded(recorded)
                 for part in parts:
-                    if part.idempotency_key is not None:
-                        recorded = self.keyed_rows(part.sid, part.idempotency_key, part.reach)
-                        if recorded:
-                            raise AlreadyRecorded(recorded)
                     session = self.load(part.sid, fresh=part.expected_version is not None)
                     if part.expected_version is not None:
                         check_expected(session, part.expected_version)
@@ -400,9 +420,14 @@ class Part:
     sid: UUID
     apply: Callable[[Session], Any]
     create: Callable[[], Session] | None = None
+    # The key the part's events carry; only the first part's is looked up (the write's).
     idempotency_key: str | None = None
     reach: int = 1
     expected_version: int | None = None
+
+
+def _moment(row: KeyedRow) -> int | None:
+    return getattr(row.stored, "timestamp_us", None)
 
 
 def check_expected(session: Session | None, expected_version: int) -> None:

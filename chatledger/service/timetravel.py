@@ -26,7 +26,7 @@ from chatledger.domain.limits import check_int
 from chatledger.domain.session import Session
 from chatledger.domain.values import Principal
 from chatledger.results import FailedCommit, MergeRecord, SessionDiff, SessionView
-from chatledger.service.messages import KEY_REUSED
+from chatledger.service import retries
 from chatledger.service.sessions import AlreadyRecorded, SessionStore
 from chatledger.service.views import counters
 
@@ -119,8 +119,11 @@ def fork(
         written = sessions.write(
             new.session_id, refuse_existing, create=create, idempotency_key=idempotency_key
         )
-    except AlreadyRecorded as done:
-        if not isinstance(sessions.decode(done.rows[0].stored), Forked):
-            raise InvalidInput(KEY_REUSED) from None
+    except AlreadyRecorded as done:  # a retry: the fork recorded, if it is the same
+        retries.first_event(
+            sessions, done.rows,
+            lambda e: isinstance(e, Forked) and e.origin_session_id == origin.session_id
+            and e.origin_version == copied.version,
+        )  # fmt: skip
         return view(sessions.store.load(new.session_id, done.rows[0].version))
     return view(written.session)

@@ -4,7 +4,7 @@
 one transaction; ``record`` runs any other single-session write (close, evict,
 get-or-create). A write made with an idempotency key that was recorded before
 returns what it returned then, rebuilt from the stored rows, and records
-nothing.
+nothing -- if it asks for the same write (``service.retries``).
 """
 
 from __future__ import annotations
@@ -12,15 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from chatledger.adapters.recorders import KeyedRow
 from chatledger.domain.access import Target
-from chatledger.domain.events import Closed, Evicted, MessageAdded
+from chatledger.domain.events import Closed, Evicted
 from chatledger.domain.eventsourced import SessionEvent
-from chatledger.domain.failures import InvalidInput
 from chatledger.domain.session import Session
 from chatledger.domain.values import ClientContext, EvictionReason, Message, Principal, assemble
 from chatledger.results import AddedMessage, SessionView
-from chatledger.service.messages import KEY_REUSED, same_message
+from chatledger.service import retries
 from chatledger.service.sessions import AlreadyRecorded, SessionStore, Written
 
 
@@ -45,16 +43,17 @@ def record_messages(
             tenant=target.tenant, key=target.key, actor=principal, timestamp=now, context=context
         )
 
+    reach = len(messages) + 3  # a Started and a Reactivated may come first; one more ends it
     try:
         written = sessions.write(
             target.session_id,
             apply,
             create=create,
             idempotency_key=idempotency_key,
-            reach=len(messages) + 2,  # a Started and a Reactivated may come first
+            reach=reach,
         )
-    except AlreadyRecorded as done:
-        return _messages_recorded(sessions, done.rows, messages)
+    except AlreadyRecorded as done:  # a retry: what the first call returned, if it is the same
+        return retries.added_again(sessions, done.rows, messages, now, reach=reach, context=context)
     return added(written)
 
 
@@ -85,41 +84,18 @@ def added(written: Written[list[tuple[int, str]]]) -> list[AddedMessage]:
     return results
 
 
-def _messages_recorded(
-    sessions: SessionStore, rows: list[KeyedRow], asked: list[Message]
-) -> list[AddedMessage]:
-    """What a keyed add_message(s) returned the first time, from the write's stored rows."""
-    added: list[AddedMessage] = []
-    for row in rows:
-        event = sessions.decode(row.stored)
-        if isinstance(event, MessageAdded) and len(added) < len(asked):
-            if not same_message(event.message, asked[len(added)]):
-                raise InvalidInput(KEY_REUSED)
-            added.append(
-                AddedMessage(
-                    message_id=event.message.id,
-                    version=row.version,
-                    pending_tokens=row.pending_tokens,
-                    position=row.position,
-                )
-            )
-    if len(added) != len(asked):
-        raise InvalidInput(KEY_REUSED)
-    pending = added[-1].pending_tokens  # the session's, right after the write
-    return [a.model_copy(update={"pending_tokens": pending}) for a in added]
-
-
 def record(
     sessions: SessionStore,
     target: Target,
     apply: Callable[[Session], None],
     *,
-    kind: type[SessionEvent],
+    same: Callable[[SessionEvent], bool],
     idempotency_key: str | None,
     view: Callable[[Session], SessionView],
     expected_version: int | None = None,
 ) -> SessionView:
-    """One write of an existing session (its ``kind`` of event); the view after it."""
+    """One single-event write of an existing session; the view after it. A retry gets the
+    view after the recorded write if ``same`` says its event is the one asked for again."""
     try:
         written = sessions.write(
             target.session_id,
@@ -128,8 +104,7 @@ def record(
             expected_version=expected_version,
         )
     except AlreadyRecorded as done:
-        if not isinstance(sessions.decode(done.rows[0].stored), kind):
-            raise InvalidInput(KEY_REUSED) from None
+        retries.first_event(sessions, done.rows, same)
         return view(sessions.store.load(target.session_id, done.rows[0].version))
     return view(written.session)
 
@@ -181,8 +156,8 @@ def close(
         session.close(actor=principal, timestamp=now)
 
     closed = record(
-        sessions, target, apply, kind=Closed, idempotency_key=idempotency_key, view=view,
-        expected_version=expected_version,
+        sessions, target, apply, same=lambda event: isinstance(event, Closed),
+        idempotency_key=idempotency_key, view=view, expected_version=expected_version,
     )  # fmt: skip
     sessions.forget(target.session_id)
     return closed
@@ -204,8 +179,15 @@ def evict(
     def apply(session: Session) -> None:
         session.evict(reason, idle_seconds=idle_seconds, actor=principal, timestamp=now)
 
+    def same(event: SessionEvent) -> bool:
+        return (
+            isinstance(event, Evicted)
+            and event.reason == reason
+            and event.idle_seconds == idle_seconds
+        )
+
     evicted = record(
-        sessions, target, apply, kind=Evicted, idempotency_key=idempotency_key, view=view,
+        sessions, target, apply, same=same, idempotency_key=idempotency_key, view=view,
         expected_version=expected_version,
     )  # fmt: skip
     sessions.forget(target.session_id)
